@@ -1,0 +1,62 @@
+// regex.cpp: PCRE2 (8-bit) behind the Regex interface. Patterns come from tokenizer.json, where
+// HF evaluates them with Oniguruma; for the V3/V4 patterns the two engines agree (the parity
+// goldens check this), given UTF + UCP so that \s, \p{..} and classes are Unicode-aware.
+#include "tokenizer/regex.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+namespace dsv4::tok {
+
+RegexScratch::RegexScratch() : match_data_(pcre2_match_data_create(1, nullptr)) {}
+
+RegexScratch::~RegexScratch() { pcre2_match_data_free(static_cast<pcre2_match_data*>(match_data_)); }
+
+void Regex::CodeDeleter::operator()(void* code) const {
+  pcre2_code_free(static_cast<pcre2_code*>(code));
+}
+
+Result<Regex> Regex::compile(std::string_view pattern, bool literal) {
+  int error_code = 0;
+  PCRE2_SIZE error_offset = 0;
+  uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
+  if (literal) options |= PCRE2_LITERAL;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   options, &error_code, &error_offset, nullptr);
+  if (code == nullptr) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error_code, message, sizeof(message));
+    return invalid_argument("cannot compile pre-tokenizer regex '{}' at offset {}: {}", pattern,
+                            error_offset, reinterpret_cast<const char*>(message));
+  }
+  Regex regex;
+  regex.code_.reset(code);
+  // JIT is an optimisation only: fall back to the interpreter when it is unavailable.
+  regex.jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+  regex.pattern_ = std::string(pattern);
+  return regex;
+}
+
+int Regex::find(const char* subject, size_t n, size_t start, RegexScratch& scratch, size_t* begin,
+                size_t* end) const {
+  auto* code = static_cast<pcre2_code*>(code_.get());
+  auto* md = static_cast<pcre2_match_data*>(scratch.match_data());
+  const auto* s = reinterpret_cast<PCRE2_SPTR>(subject);
+  // The text was validated once when it entered encode(); skip PCRE2's per-call UTF check.
+  const int rc = jit_ ? pcre2_jit_match(code, s, n, start, PCRE2_NO_UTF_CHECK, md, nullptr)
+                      : pcre2_match(code, s, n, start, PCRE2_NO_UTF_CHECK, md, nullptr);
+  if (rc == PCRE2_ERROR_NOMATCH) return 0;
+  if (rc < 0) return rc;
+  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+  *begin = ov[0];
+  *end = ov[1];
+  return 1;
+}
+
+std::string Regex::error_message(int code) {
+  PCRE2_UCHAR message[256];
+  pcre2_get_error_message(code, message, sizeof(message));
+  return reinterpret_cast<const char*>(message);
+}
+
+}  // namespace dsv4::tok
