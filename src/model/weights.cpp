@@ -52,7 +52,7 @@ class Loader {
 
   Status experts(const std::string& p, MoeWeights& moe) {
     const int E = cfg_.n_routed_experts, I = cfg_.moe_inter, D = cfg_.hidden;
-    moe.experts.resize(size_t(E));
+    moe.experts.resize(static_cast<size_t>(E));
     // HF transformers stores the routed experts fused: gate_up_proj [E, 2I, D], down_proj [E, D, I].
     if (const TensorInfo* gu = idx_.take(p + ".experts.gate_up_proj")) {
       const TensorInfo* dn = idx_.take(p + ".experts.down_proj");

@@ -1,0 +1,61 @@
+// linalg.cpp: dot, linear (block dequantization + dot), RMSNorm.
+#include "cpu/linalg.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+namespace dsv4::cpu {
+
+float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
+void linear(const LinearWeight& w, const float* x, int64_t T, int64_t ldx, float* y, int64_t ldy, int64_t n0,
+            int64_t n1) {
+  // Rows are dequantized in blocks so that each weight byte is read once per call while the
+  // activations (T x K floats) stay hot in cache.
+  constexpr int64_t kRowBlock = 16;
+  const int64_t K = w.k;
+  const int64_t n_blocks = (n1 - n0 + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel
+  {
+    std::vector<float> buf(size_t(kRowBlock * K));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const int64_t r0 = n0 + b * kRowBlock;
+      const int64_t r1 = std::min(n1, r0 + kRowBlock);
+      w.dequant_rows(r0, r1, buf.data());
+      for (int64_t t = 0; t < T; ++t) {
+        const float* xt = x + t * ldx;
+        float* yt = y + t * ldy - n0;
+        for (int64_t r = r0; r < r1; ++r) yt[r] = dot(xt, buf.data() + (r - r0) * K, K);
+      }
+    }
+  }
+}
+
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out) {
+  float ss = dot(x, x, n);
+  const float r = 1.0f / std::sqrt(ss / float(n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = w[i] * (x[i] * r);
+}
+
+void rmsnorm_unweighted(const float* x, int64_t n, float eps, float* out) {
+  float ss = dot(x, x, n);
+  const float r = 1.0f / std::sqrt(ss / float(n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * r;
+}
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+}  // namespace dsv4::cpu

@@ -1,0 +1,52 @@
+// arch.cpp: DeviceInfo queries, cached per device ordinal.
+#include "cuda/common/arch.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "cuda/common/cuda_check.h"
+
+namespace dsv4::cuda {
+
+namespace {
+constexpr int kMaxDevices = 64;
+std::mutex g_mu;
+DeviceInfo g_info[kMaxDevices];
+bool g_have[kMaxDevices] = {};
+}  // namespace
+
+const char* gpu_arch_name(GpuArch a) {
+  switch (a) {
+    case GpuArch::kSm86: return "sm_86";
+    case GpuArch::kSm90: return "sm_90";
+    case GpuArch::kOther: return "other";
+  }
+  return "?";
+}
+
+Result<const DeviceInfo*> current_device_info() {
+  int dev = 0;
+  DSV4_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
+  if (dev < 0 || dev >= kMaxDevices) return internal_error("device ordinal {} out of range", dev);
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_have[dev]) {
+    cudaDeviceProp p{};
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties"));
+    DeviceInfo& d = g_info[dev];
+    d.device = dev;
+    d.cc_major = p.major;
+    d.cc_minor = p.minor;
+    d.n_sms = p.multiProcessorCount;
+    d.smem_optin_bytes = p.sharedMemPerBlockOptin;
+    d.l2_bytes = size_t(p.l2CacheSize);
+    std::strncpy(d.name, p.name, sizeof(d.name) - 1);
+    if (p.major < 8) return unimplemented("{} is sm_{}{}: dsv4 kernels need SM80 or newer", p.name, p.major, p.minor);
+    d.arch = (p.major == 8 && p.minor == 6) ? GpuArch::kSm86 : (p.major == 9 ? GpuArch::kSm90 : GpuArch::kOther);
+    g_have[dev] = true;
+  }
+  return &g_info[dev];
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,34 @@
+// arch.h: what the kernels need to know about the GPU, read once per device, and the one place
+// where the architecture decides anything. Every kernel family builds SM80-level code (mma.sync,
+// ldmatrix, cp.async) for sm_86 and sm_90; an SM90-only path, if one is ever added, is chosen in
+// gpu_arch() callers through this header and nowhere else.
+#pragma once
+
+#include <cstddef>
+
+#include "base/status.h"
+
+namespace dsv4::cuda {
+
+enum class GpuArch {
+  kSm86,   // RTX 3090 class: 82 SMs, ~99 KB opt-in shared memory per block
+  kSm90,   // H100/H200
+  kOther,  // any other SM80+ part: runs the portable path
+};
+
+struct DeviceInfo {
+  int device = 0;
+  int cc_major = 0, cc_minor = 0;
+  int n_sms = 0;
+  size_t smem_optin_bytes = 0;  // max dynamic + static shared memory per block after opt-in
+  size_t l2_bytes = 0;
+  GpuArch arch = GpuArch::kOther;
+  char name[256] = {};
+};
+
+// Properties of the current device, queried on first use per device and cached (thread-safe).
+Result<const DeviceInfo*> current_device_info();
+
+const char* gpu_arch_name(GpuArch a);
+
+}  // namespace dsv4::cuda
