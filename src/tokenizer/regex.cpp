@@ -3,6 +3,8 @@
 // goldens check this), given UTF + UCP so that \s, \p{..} and classes are Unicode-aware.
 #include "tokenizer/regex.h"
 
+#include "tokenizer/onig_compat.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -16,7 +18,11 @@ void Regex::CodeDeleter::operator()(void* code) const {
   pcre2_code_free(static_cast<pcre2_code*>(code));
 }
 
-Result<Regex> Regex::compile(std::string_view pattern, bool literal) {
+Result<Regex> Regex::compile(std::string_view onig_pattern, bool literal) {
+  std::string pattern(onig_pattern);
+  if (!literal) {
+    DSV4_ASSIGN_OR_RETURN(pattern, onig_to_pcre2(onig_pattern));
+  }
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
   uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
@@ -26,14 +32,14 @@ Result<Regex> Regex::compile(std::string_view pattern, bool literal) {
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
-    return invalid_argument("cannot compile pre-tokenizer regex '{}' at offset {}: {}", pattern,
-                            error_offset, reinterpret_cast<const char*>(message));
+    return invalid_argument("cannot compile pre-tokenizer regex '{}' (as PCRE2: '{}') at offset {}: {}",
+                            onig_pattern, pattern, error_offset, reinterpret_cast<const char*>(message));
   }
   Regex regex;
   regex.code_.reset(code);
   // JIT is an optimisation only: fall back to the interpreter when it is unavailable.
   regex.jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
-  regex.pattern_ = std::string(pattern);
+  regex.pattern_ = std::string(onig_pattern);
   return regex;
 }
 

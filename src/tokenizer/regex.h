@@ -27,7 +27,8 @@ class RegexScratch {
 
 class Regex {
  public:
-  // `pattern` is UTF-8; `literal` compiles it as a plain string (the Split "String" pattern).
+  // `pattern` is UTF-8 in Oniguruma syntax (as in tokenizer.json), translated for PCRE2 by
+  // onig_to_pcre2; `literal` compiles it as a plain string (the Split "String" pattern).
   static Result<Regex> compile(std::string_view pattern, bool literal);
 
   // Finds the leftmost match in subject[start, n), where subject[0, n) is the whole piece: the
