@@ -47,7 +47,7 @@ from transformers.models.deepseek_v4 import modeling_deepseek_v4 as hfm
 #   and between configs so an engine that hard-codes a Flash constant fails loudly.
 # * original_max_position_embeddings is chosen so the YaRN ramp (low, high) falls strictly inside the rope pairs:
 #   tiny_a (rope 16, 8 pairs):  low 3, high 6  -> pairs 0-3 plain, 4-5 blended, 6-7 divided by factor.
-#   tiny_b (rope 32, 16 pairs): low 4, high 9  -> pairs 0-4 plain, 5-8 blended, 9-15 divided by factor.
+#   tiny_b (rope 32, 16 pairs): low 4, high 10 -> pairs 0-4 plain, 5-9 blended, 10-15 divided by factor.
 CONFIGS = {
     "tiny_a": dict(
         seed=1001,
@@ -55,15 +55,10 @@ CONFIGS = {
         hf=dict(
             vocab_size=256,
             hidden_size=128,
-            num_hidden_layers=4,
-            layer_types=[
-                "sliding_attention",
-                "compressed_sparse_attention",
-                "heavily_compressed_attention",
-                "compressed_sparse_attention",
-            ],
+            num_hidden_layers=3,
+            layer_types=["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"],
             compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 16},
-            mlp_layer_types=["hash_moe", "hash_moe", "moe", "moe"],
+            mlp_layer_types=["hash_moe", "hash_moe", "moe"],
             num_attention_heads=4,
             num_key_value_heads=1,
             head_dim=64,
@@ -103,25 +98,20 @@ CONFIGS = {
         seed=2002,
         seq_len=333,
         hf=dict(
-            vocab_size=320,
+            vocab_size=192,
             hidden_size=128,
-            num_hidden_layers=4,
-            layer_types=[
-                "sliding_attention",
-                "sliding_attention",
-                "compressed_sparse_attention",
-                "heavily_compressed_attention",
-            ],
+            num_hidden_layers=3,
+            layer_types=["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"],
             compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 128},
-            mlp_layer_types=["hash_moe", "hash_moe", "moe", "moe"],
+            mlp_layer_types=["hash_moe", "moe", "moe"],
             num_attention_heads=4,
             num_key_value_heads=1,
-            head_dim=128,
-            partial_rotary_factor=32 / 128,  # qk_rope_head_dim 32
+            head_dim=64,
+            partial_rotary_factor=32 / 64,  # qk_rope_head_dim 32
             q_lora_rank=128,
             o_groups=2,
-            o_lora_rank=128,
-            n_routed_experts=8,
+            o_lora_rank=64,  # only o_groups * o_lora_rank (wo_b's K) must be a 128-multiple; wo_a stays BF16
+            n_routed_experts=4,
             num_experts_per_tok=3,
             n_shared_experts=1,
             moe_intermediate_size=128,
@@ -266,8 +256,7 @@ class TopkMarginProbe:
     """Records, for every indexer and score router, the smallest gap between the k-th and (k+1)-th candidate.
     A tiny gap means another fp32 implementation could legitimately pick a different set."""
 
-    def __init__(self, model, cfg):
-        self.cfg = cfg
+    def __init__(self, model):
         self.indexer_min, self.router_min = float("inf"), float("inf")
         self.handles = []
         for mod in model.modules():
@@ -305,21 +294,93 @@ class TopkMarginProbe:
             h.remove()
 
 
+def _set_plain_compress_rope(m):
+    for mod in m.modules():
+        if isinstance(mod, hfm.DeepseekV4RotaryEmbedding):
+            rp = mod.config.rope_parameters["compress"]
+            dim = int(mod.config.head_dim * rp["partial_rotary_factor"])
+            plain = 1.0 / (rp["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+            mod.compress_inv_freq.copy_(plain)
+
+
+def _set_attr_on(cls, attr, fn):
+    def apply(m):
+        for mod in m.modules():
+            if isinstance(mod, cls):
+                setattr(mod, attr, fn(getattr(mod, attr)))
+    return apply
+
+
+def _edit_tensors(suffix, fn):
+    def apply(m):
+        with torch.no_grad():
+            for name, t in list(m.named_parameters()) + list(m.named_buffers()):
+                if name.endswith(suffix):
+                    t.copy_(fn(t))
+    return apply
+
+
+def _drop_compressors(kind):
+    def apply(m):
+        for layer in m.model.layers:
+            if layer.self_attn.layer_type == kind:
+                layer.self_attn.compressor = None
+    return apply
+
+
+def _shift_compressed_rope(m):
+    # Rope compressed entries at the window's LAST token instead of its first (a plausible engine bug). Only the
+    # main compressors' own rotary is patched: it rotates nothing but compressed entries.
+    for layer in m.model.layers:
+        comp = layer.self_attn.compressor
+        if comp is None:
+            continue
+        rot, shift = comp.rotary_emb, comp.compress_rate - 1
+        orig = rot.forward
+        rot.forward = lambda x, position_ids, layer_type=None, _o=orig, _s=shift: _o(x, position_ids + _s, layer_type)
+
+
+# Each entry perturbs one feature the engine must implement; the resulting max|delta logit| shows the fixture
+# actually constrains that feature (it must be far above the 1e-4 * max|logit| tolerance).
+ABLATIONS = {
+    "no_csa_entries": _drop_compressors("compressed_sparse_attention"),
+    "no_hca_entries": _drop_compressors("heavily_compressed_attention"),
+    "compressed_rope_at_last_token": _shift_compressed_rope,
+    "csa_attends_all_visible_entries": _set_attr_on(hfm.DeepseekV4Indexer, "index_topk", lambda v: 10**9),
+    "compress_rope_without_yarn": _set_plain_compress_rope,
+    "no_attention_sink": _edit_tensors("self_attn.sinks", lambda t: torch.full_like(t, -1e30)),
+    "sliding_window_plus_1": lambda m: setattr(m.config, "sliding_window", m.config.sliding_window + 1),
+    "tid2eid_rows_rolled": _edit_tensors("gate.tid2eid", lambda t: t.roll(1, dims=0)),
+    "no_router_bias": _edit_tensors("e_score_correction_bias", torch.zeros_like),
+    "no_swiglu_clamp": lambda m: (_set_attr_on(hfm.DeepseekV4Experts, "limit", lambda v: 1e9)(m),
+                                  _set_attr_on(hfm.DeepseekV4MLP, "limit", lambda v: 1e9)(m)),
+    "no_compressor_position_bias": _edit_tensors("position_bias", torch.zeros_like),
+    "sinkhorn_single_iter": _set_attr_on(hfm.DeepseekV4HyperConnection, "hc_sinkhorn_iters", lambda v: 1),
+    # Informational only: with 20 iterations Sinkhorn has converged (tiny_a), so only tiny_b's 7 pins the count.
+    "sinkhorn_one_more_iter": _set_attr_on(hfm.DeepseekV4HyperConnection, "hc_sinkhorn_iters", lambda v: v + 1),
+    "routed_scaling_plus_0.1": lambda m: (
+        _set_attr_on(hfm.DeepseekV4TopKRouter, "routed_scaling_factor", lambda v: v + 0.1)(m),
+        _set_attr_on(hfm.DeepseekV4HashRouter, "routed_scaling_factor", lambda v: v + 0.1)(m)),
+}
+
+
+def sensitivity(model, ids, ref):
+    out = {}
+    for name, edit in ABLATIONS.items():
+        m = copy.deepcopy(model)
+        edit(m)
+        out[name] = max_abs(full_logits(m, ids), ref)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Layout A: HF module names
 # ----------------------------------------------------------------------------------------------------------------
-# HF keeps these in fp32 even in a bf16 model (_keep_in_fp32_modules_strict); we store them as F32 and every other
-# float tensor as BF16 (lossless: all values are bf16-representable), tid2eid as I64.
-HF_FP32_MARKERS = (
-    "attn_hc.", "ffn_hc.", "hc_head.", ".sinks", "position_bias", "e_score_correction_bias", "q_a_norm.", "kv_norm.",
-    "input_layernorm.", "post_attention_layernorm.", "model.norm.",
-)
-
-
+# Every float tensor is stored as BF16 (lossless: all values are bf16-representable), tid2eid as I64. This is the
+# complement of ds_w4a16, where hc_*, sinks, ape and gate.bias are F32: between the two layouts the loader has to
+# widen both dtypes into the same fp32 values.
 def hf_disk_dtype(name, t):
-    if not t.is_floating_point():
-        return t.dtype
-    return torch.float32 if any(m in name for m in HF_FP32_MARKERS) else torch.bfloat16
+    return torch.bfloat16 if t.is_floating_point() else t.dtype
 
 
 def write_hf_layout(cfg, sd, out_dir):
@@ -726,12 +787,20 @@ def generate_one(name, spec, out_root, tmp_root, log):
         cfg, model = build_model(spec["hf"])
         sd = randomize(model, cfg, seed)
         ids = make_input_ids(cfg.vocab_size, T, seed)
-        probe = TopkMarginProbe(model, cfg)
+        probe = TopkMarginProbe(model)
         logits_hf = full_logits(model, ids)
         probe.close()
-        log(f"[{name}] seed {seed}: min indexer top-k margin {probe.indexer_min:.3e}, "
-            f"min router top-k margin {probe.router_min:.3e}")
-        if probe.indexer_min >= MIN_TOPK_MARGIN and probe.router_min >= MIN_TOPK_MARGIN:
+        # Layout B's model differs (dequantized INT4 weights), so its top-k margins are checked separately.
+        ds, sd_deq, qstats = build_ds_layout(cfg, sd)
+        model_b = copy.deepcopy(model)
+        model_b.load_state_dict(sd_deq, strict=True)
+        probe_b = TopkMarginProbe(model_b)
+        logits_ds = full_logits(model_b, ids)
+        probe_b.close()
+        margins = {"indexer_hf": probe.indexer_min, "router_hf": probe.router_min,
+                   "indexer_ds_w4a16": probe_b.indexer_min, "router_ds_w4a16": probe_b.router_min}
+        log(f"[{name}] seed {seed}: min top-k margins " + ", ".join(f"{k} {v:.2e}" for k, v in margins.items()))
+        if min(margins.values()) >= MIN_TOPK_MARGIN:
             break
     else:
         raise RuntimeError(f"{name}: no seed with safe top-k margins")
@@ -746,10 +815,28 @@ def generate_one(name, spec, out_root, tmp_root, log):
     # HF self-consistency: a prefix forward must reproduce the first rows of the full forward (causality, and no
     # dependence of the indexer top-k on the row length), and so must HF's cached prefill + decode path.
     prefix_lens = [T // 2 + 1, T - 5]
-    prefix_diff = max(max_abs(full_logits(model, ids[:p]), logits_hf[:p]) for p in prefix_lens)
-    dec = cached_logits(model, ids, prefill=T // 2 + 3, n_single=24)
-    decode_diff = max_abs(dec, logits_hf)
+    prefix_diff = max(max_abs(full_logits(m, ids[:p]), ref[:p])
+                      for p in prefix_lens for m, ref in ((model, logits_hf), (model_b, logits_ds)))
+    decode_diff = max(max_abs(cached_logits(m, ids, prefill=T // 2 + 3, n_single=24), ref)
+                      for m, ref in ((model, logits_hf), (model_b, logits_ds)))
     log(f"[{name}] prefix-vs-full max|diff| {prefix_diff:.3e}; cached prefill+decode-vs-full {decode_diff:.3e}")
+    assert prefix_diff < 1e-4 and decode_diff < 1e-4
+
+    # Activation scale per layer (residual streams), to show nothing overflows or collapses.
+    resid = []
+    hooks = [layer.register_forward_hook(lambda mod, a, out: resid.append(float(out.abs().max())))
+             for layer in model.model.layers]
+    full_logits(model, ids)
+    for h in hooks:
+        h.remove()
+    log(f"[{name}] max|residual| after each layer: " + ", ".join(f"{v:.2f}" for v in resid))
+
+    sens = sensitivity(model, ids, logits_hf)
+    tol = 1e-4 * float(logits_hf.abs().max())
+    log(f"[{name}] sensitivity (max|delta logit|, tolerance {tol:.1e}): " +
+        ", ".join(f"{k} {v:.2e}" for k, v in sens.items()))
+    weak = [k for k, v in sens.items() if v <= 100 * tol and k != "sinkhorn_one_more_iter"]
+    assert not weak, f"features that barely move the logits (the fixture would not test them): {weak}"
 
     cfg_dir = os.path.join(out_root, name)
     if os.path.exists(cfg_dir):
@@ -768,10 +855,6 @@ def generate_one(name, spec, out_root, tmp_root, log):
     del mA
 
     # Layout B.
-    ds, sd_deq, qstats = build_ds_layout(cfg, sd)
-    model_b = copy.deepcopy(model)
-    model_b.load_state_dict(sd_deq, strict=True)
-    logits_ds = full_logits(model_b, ids)
     assert torch.isfinite(logits_ds).all()
     legacy = legacy_config(cfg)
     ds_dir = os.path.join(cfg_dir, "ds_w4a16")
@@ -810,6 +893,9 @@ def generate_one(name, spec, out_root, tmp_root, log):
         "layer_types": cfg.layer_types,
         "mlp_layer_types": cfg.mlp_layer_types,
         "compressed_entries_at_T": {"csa": n_csa, "hca": n_hca},
+        # The rope tables HF used (fp32), so the engine can check its YaRN table before anything else.
+        "rope_inv_freq": {"main": model.model.rotary_emb.main_inv_freq.tolist(),
+                          "compress": model.model.rotary_emb.compress_inv_freq.tolist()},
         "logits_hf": {"shape": list(logits_hf.shape), "max_abs": float(logits_hf.abs().max()),
                       "std": float(logits_hf.std())},
         "logits_ds_w4a16": {"shape": list(logits_ds.shape), "max_abs": float(logits_ds.abs().max()),
@@ -825,11 +911,13 @@ def generate_one(name, spec, out_root, tmp_root, log):
             "ds_reload_logits_max_abs_diff": reload_ds_diff,
             "hf_conversion_mapping_loads_ds_names_exact": True,
             "legacy_config_parses_to_same_architecture": conv_same,
-            "min_indexer_topk_margin": probe.indexer_min,
-            "min_router_topk_margin": probe.router_min,
+            "min_topk_margins": margins,
+            "min_topk_margin_required": MIN_TOPK_MARGIN,
             "logits_hf_vs_ds_w4a16_max_abs_diff": max_abs(logits_hf, logits_ds),
             "int4": qstats,
         },
+        "max_abs_residual_after_layer": resid,
+        "sensitivity_max_abs_logit_delta": sens,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__, "numpy": np.__version__,
                      "machine": platform.machine(), "processor": platform.processor(),
@@ -851,6 +939,8 @@ def main():
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ",".join(CONFIGS))
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 = most reproducible)")
     args = ap.parse_args()
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
     os.makedirs(args.out, exist_ok=True)
