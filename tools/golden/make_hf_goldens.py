@@ -933,16 +933,40 @@ def generate_one(name, spec, out_root, tmp_root, log):
     return meta
 
 
+def verify(out_root, names, log):
+    """Re-derive the logits of committed fixtures from their files alone (both layouts) and check the sha256s."""
+    worst = 0.0
+    for name in names:
+        d = os.path.join(out_root, name)
+        meta = json.load(open(os.path.join(d, "meta.json")))
+        for rel, info in meta["files"].items():
+            assert sha256(os.path.join(d, rel)) == info["sha256"], f"{name}/{rel}: sha256 differs from meta.json"
+        ids = torch.from_numpy(np.load(os.path.join(d, "input_ids.npy")))
+        model = DeepseekV4ForCausalLM.from_pretrained(os.path.join(d, "hf"), dtype=torch.float32).eval()
+        model.config._attn_implementation = "eager"
+        diff_hf = max_abs(full_logits(model, ids), torch.from_numpy(np.load(os.path.join(d, "logits_hf.npy"))))
+        sd_b, _ = hf_from_ds_files(model.config, os.path.join(d, "ds_w4a16"))
+        model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in sd_b.items()}, strict=True)
+        diff_ds = max_abs(full_logits(model, ids), torch.from_numpy(np.load(os.path.join(d, "logits_ds_w4a16.npy"))))
+        log(f"[{name}] verify: sha256 ok; recomputed-vs-stored max|diff| hf {diff_hf:.2e}, ds_w4a16 {diff_ds:.2e}")
+        worst = max(worst, diff_hf, diff_ds)
+    assert worst < 1e-4, worst
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="fixtures/hf", help="output root (fixtures/hf)")
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ",".join(CONFIGS))
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 = most reproducible)")
+    ap.add_argument("--verify", action="store_true", help="check existing fixtures under --out instead of writing")
     args = ap.parse_args()
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
+    if args.verify:
+        verify(args.out, args.configs.split(","), lambda s: print(s, flush=True))
+        return
     os.makedirs(args.out, exist_ok=True)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory() as tmp:
