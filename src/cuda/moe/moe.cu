@@ -1,0 +1,195 @@
+// moe.cu: MoE layer orchestration: workspace sizing and the three launches of moe_forward
+// (router + grouping, gate/up GEMM with SwiGLU, down GEMM with the combine). Validation happens
+// here; the launch shapes depend only on the batch size, so a captured graph stays valid.
+#include <algorithm>
+
+#include "cuda/common/arch.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/moe/moe.h"
+#include "cuda/moe/route.h"
+#include "cuda/w4a16/gemm_internal.h"
+
+namespace dsv4::cuda {
+
+using namespace w4a16_detail;
+using namespace moe_detail;
+
+namespace {
+constexpr size_t kPartialBytes = size_t(16) << 20;
+constexpr int kBlockRows[] = {16, 32, 64, 128};  // block_m of the GEMM configurations
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+}  // namespace
+
+int moe_max_tiles(int m, int top_k, int n_experts, int block_m) {
+  // Routed: sum over active experts of ceil(n_e / bm) <= (pairs + active (bm - 1)) / bm, with at
+  // most min(pairs, n_experts) experts active; shared: ceil(m / bm).
+  const int64_t pairs = int64_t(m) * top_k;
+  const int64_t active = std::min<int64_t>(pairs, n_experts);
+  return int((pairs + active * (block_m - 1)) / block_m + (m + block_m - 1) / block_m);
+}
+
+size_t MoeWorkspace::bytes() const {
+  return logits_.bytes() + topk_ids_.bytes() + topk_w_.bytes() + token_pairs_.bytes() + sorted_token_.bytes() +
+         sorted_weight_.bytes() + tiles_.bytes() + act_.bytes() + down_.bytes() + partials_.bytes() + counters_.bytes();
+}
+
+Result<MoeWorkspace> MoeWorkspace::create(int max_tokens, int hidden, int inter, int n_experts, int top_k) {
+  if (max_tokens < 1 || hidden % 256 != 0 || inter % 128 != 0 || n_experts != kRouterExperts || top_k < 1 || top_k > 8)
+    return invalid_argument("MoeWorkspace: bad sizes (tokens {}, hidden {}, inter {}, experts {}, top_k {})",
+                            max_tokens, hidden, inter, n_experts, top_k);
+  MoeWorkspace ws;
+  ws.max_tokens_ = max_tokens;
+  ws.hidden_ = hidden;
+  ws.inter_ = inter;
+  ws.n_experts_ = n_experts;
+  ws.top_k_ = top_k;
+  for (int bm : kBlockRows) ws.max_tiles_ = std::max(ws.max_tiles_, moe_max_tiles(max_tokens, top_k, n_experts, bm));
+  const size_t m = size_t(max_tokens), pairs = m * (top_k + 1);
+  DSV4_ASSIGN_OR_RETURN(ws.logits_, DeviceBuffer::create(m * n_experts * 4));
+  DSV4_ASSIGN_OR_RETURN(ws.topk_ids_, DeviceBuffer::create(m * top_k * 4));
+  DSV4_ASSIGN_OR_RETURN(ws.topk_w_, DeviceBuffer::create(m * top_k * 4));
+  DSV4_ASSIGN_OR_RETURN(ws.token_pairs_, DeviceBuffer::create(pairs * 4));
+  DSV4_ASSIGN_OR_RETURN(ws.sorted_token_, DeviceBuffer::create(pairs * 4));
+  DSV4_ASSIGN_OR_RETURN(ws.sorted_weight_, DeviceBuffer::create(pairs * 4));
+  DSV4_ASSIGN_OR_RETURN(ws.tiles_, DeviceBuffer::create(size_t(ws.max_tiles_) * 16));
+  DSV4_ASSIGN_OR_RETURN(ws.act_, DeviceBuffer::create(pairs * inter * 2));
+  DSV4_ASSIGN_OR_RETURN(ws.down_, DeviceBuffer::create(pairs * hidden * 2));
+  DSV4_ASSIGN_OR_RETURN(ws.partials_, DeviceBuffer::create(kPartialBytes));
+  // One zeroed allocation for every counter: n_tiles, route done, route tile counters [m],
+  // combine counters [m, hidden / 64], split-K tile counters [max_tiles, max(2 inter, hidden) / 64].
+  const size_t n_combine = m * (hidden / 64);
+  ws.n_gemm_counters_ = ws.max_tiles_ * (std::max(2 * inter, hidden) / 64);
+  const size_t off_tile = 256, off_combine = align256(off_tile + m * 4);
+  const size_t off_gemm = align256(off_combine + n_combine * 4);
+  const size_t total = align256(off_gemm + size_t(ws.n_gemm_counters_) * 4);
+  DSV4_ASSIGN_OR_RETURN(ws.counters_, DeviceBuffer::create(total, /*zero=*/true));
+  char* base = ws.counters_.as<char>();
+  ws.n_tiles_ = reinterpret_cast<int*>(base);
+  ws.route_done_ = reinterpret_cast<int*>(base) + 1;
+  ws.route_tile_counters_ = reinterpret_cast<int*>(base + off_tile);
+  ws.combine_counters_ = reinterpret_cast<int*>(base + off_combine);
+  ws.gemm_counters_ = reinterpret_cast<int*>(base + off_gemm);
+  return ws;
+}
+
+Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws, cudaStream_t stream) {
+  const int m = a.m, hidden = w.hidden, inter = w.inter, top_k = w.top_k;
+  auto aligned16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  if (m < 1 || m > ws.max_tokens_)
+    return invalid_argument("moe_forward: M={} outside 1..{} (workspace size)", m, ws.max_tokens_);
+  if (hidden != ws.hidden_ || inter != ws.inter_ || top_k != ws.top_k_ || w.n_experts != ws.n_experts_)
+    return invalid_argument("moe_forward: weights (hidden {}, inter {}, top_k {}, experts {}) do not match the workspace",
+                            hidden, inter, top_k, w.n_experts);
+  if (a.x == nullptr || a.y == nullptr || w.gate_w == nullptr) return invalid_argument("moe_forward: null x, y or gate_w");
+  if (!aligned16(a.x) || a.ldx < hidden || a.ldx % 8 != 0 || !aligned16(a.y) || a.ldy < hidden || a.ldy % 8 != 0)
+    return invalid_argument("moe_forward: x and y must be 16-byte aligned with ld >= hidden, ld % 8 == 0");
+  if (!aligned16(w.gate_w)) return invalid_argument("moe_forward: gate_w must be 16-byte aligned");
+  if (w.tid2eid != nullptr && a.token_ids == nullptr) return invalid_argument("moe_forward: hash layer without token ids");
+  auto check_stack = [&](const W4A16ExpertStack& s, int n, int k, const char* name) -> Status {
+    if (s.qweight == nullptr || s.scales == nullptr || s.n != n || s.k != k || s.n_experts != w.n_experts ||
+        !aligned16(s.qweight) || !aligned16(s.scales))
+      return invalid_argument("moe_forward: {} must be {} aligned experts of [{}, {}], got {} of [{}, {}]", name,
+                              w.n_experts, n, k, s.n_experts, s.n, s.k);
+    return Status::ok();
+  };
+  auto check_weight = [&](const W4A16Weight& s, int n, int k, const char* name) -> Status {
+    if (s.qweight == nullptr || s.scales == nullptr || s.n != n || s.k != k || !aligned16(s.qweight) ||
+        !aligned16(s.scales))
+      return invalid_argument("moe_forward: {} must be aligned [{}, {}], got [{}, {}]", name, n, k, s.n, s.k);
+    return Status::ok();
+  };
+  DSV4_RETURN_IF_ERROR(check_stack(w.w13, 2 * inter, hidden, "w13"));
+  DSV4_RETURN_IF_ERROR(check_stack(w.w2, hidden, inter, "w2"));
+  DSV4_RETURN_IF_ERROR(check_weight(w.shared_w13, 2 * inter, hidden, "shared_w13"));
+  DSV4_RETURN_IF_ERROR(check_weight(w.shared_w2, hidden, inter, "shared_w2"));
+
+  DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
+  // Block rows follow the expected rows per expert (decode: 1-2, so 16-row tiles).
+  const int rows_per_expert = int((int64_t(m) * top_k + w.n_experts - 1) / w.n_experts);
+  const GemmConfig cfg = choose_gemm_config(rows_per_expert);
+  DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(cfg));
+  const int max_tiles = moe_max_tiles(m, top_k, w.n_experts, ci.block_m);
+
+  RouteKernelArgs r;
+  r.x = a.x;
+  r.ldx = a.ldx;
+  r.m = m;
+  r.hidden = hidden;
+  r.gate_w = w.gate_w;
+  r.bias = w.tid2eid != nullptr ? nullptr : w.gate_bias;
+  r.tid2eid = w.tid2eid;
+  r.token_ids = a.token_ids;
+  r.top_k = top_k;
+  r.route_scale = w.route_scale;
+  r.block_m = ci.block_m;
+  r.logits = ws.logits_.as<float>();
+  r.topk_ids = ws.topk_ids_.as<int>();
+  r.topk_w = ws.topk_w_.as<float>();
+  r.tile_counters = ws.route_tile_counters_;
+  r.done_counter = ws.route_done_;
+  r.tiles = ws.tiles_.as<int4>();
+  r.n_tiles = ws.n_tiles_;
+  r.sorted_token = ws.sorted_token_.as<int>();
+  r.sorted_weight = ws.sorted_weight_.as<float>();
+  r.token_pairs = ws.token_pairs_.as<int>();
+  DSV4_RETURN_IF_ERROR(launch_moe_route(r, stream));
+
+  GemmKernelArgs g;
+  g.tiles = ws.tiles_.as<int4>();
+  g.n_tiles = ws.n_tiles_;
+  g.sorted_token = ws.sorted_token_.as<int>();
+  g.sorted_weight = ws.sorted_weight_.as<float>();
+  g.token_pairs = ws.token_pairs_.as<int>();
+  g.pairs_per_token = top_k + 1;
+  g.shared_expert = kRouterExperts;
+  g.partials = ws.partials_.as<float>();
+  g.counters = ws.gemm_counters_;
+  g.swiglu_limit = w.swiglu_limit;
+  const size_t partial_floats = ws.partials_.bytes() / 4;
+
+  // Gate/up: [pairs, hidden] x [2 inter, hidden]^T -> act [pairs, inter].
+  g.mode = GemmMode::kMoeUp;
+  g.a = a.x;
+  g.lda = a.ldx;
+  g.w = reinterpret_cast<const uint4*>(w.w13.qweight);
+  g.s = w.w13.scales;
+  g.w_expert_stride = int64_t(w4a16_qweight_bytes(2 * inter, hidden) / 16);
+  g.s_expert_stride = int64_t(w4a16_scales_bytes(2 * inter, hidden) / 2);
+  g.w_shared = reinterpret_cast<const uint4*>(w.shared_w13.qweight);
+  g.s_shared = w.shared_w13.scales;
+  g.n = 2 * inter;
+  g.k = hidden;
+  g.c = ws.act_.as<__nv_bfloat16>();
+  g.ldc = inter;
+  {
+    const int gx = (g.n + ci.block_n - 1) / ci.block_n;
+    g.splits = choose_splits(gx * max_tiles, hidden / 128, ci, *dev, partial_floats, ws.n_gemm_counters_);
+    DSV4_RETURN_IF_ERROR(launch_gemm(cfg, g, dim3(gx, g.splits, max_tiles), stream));
+  }
+
+  // Down: act [pairs, inter] x [hidden, inter]^T -> down [pairs, hidden], combined into y.
+  g.mode = GemmMode::kMoeDown;
+  g.a = ws.act_.as<__nv_bfloat16>();
+  g.lda = inter;
+  g.w = reinterpret_cast<const uint4*>(w.w2.qweight);
+  g.s = w.w2.scales;
+  g.w_expert_stride = int64_t(w4a16_qweight_bytes(hidden, inter) / 16);
+  g.s_expert_stride = int64_t(w4a16_scales_bytes(hidden, inter) / 2);
+  g.w_shared = reinterpret_cast<const uint4*>(w.shared_w2.qweight);
+  g.s_shared = w.shared_w2.scales;
+  g.n = hidden;
+  g.k = inter;
+  g.c = ws.down_.as<__nv_bfloat16>();
+  g.ldc = hidden;
+  g.combine_counters = ws.combine_counters_;
+  g.y = a.y;
+  g.ldy = a.ldy;
+  {
+    const int gx = (g.n + ci.block_n - 1) / ci.block_n;
+    g.splits = choose_splits(gx * max_tiles, inter / 128, ci, *dev, partial_floats, ws.n_gemm_counters_);
+    DSV4_RETURN_IF_ERROR(launch_gemm(cfg, g, dim3(gx, g.splits, max_tiles), stream));
+  }
+  return Status::ok();
+}
+
+}  // namespace dsv4::cuda

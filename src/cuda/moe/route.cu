@@ -1,0 +1,283 @@
+// route.cu: the MoE router in one launch. Blocks of the grid (token tiles x expert slices)
+// compute fp32 logits; the last slice block of a token tile selects experts and weights for its
+// tokens; the last token tile's block groups all (token, expert) pairs by expert and writes the
+// tile list the GEMMs run over. Deterministic: every logit is summed in the same fixed order, so
+// equal router rows give equal logits and ties resolve to the lowest expert index.
+#include <climits>
+#include <cmath>
+#include <mutex>
+
+#include "cuda/common/arch.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/moe/route.h"
+
+namespace dsv4::cuda::moe_detail {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kShared = kRouterExperts;  // expert id of the shared expert in tiles
+
+__device__ __forceinline__ void unpack8(const uint4 v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+
+// Expert selection and weights of token `tok` by one warp.
+__device__ void select_experts(const RouteKernelArgs& p, int tok, int lane) {
+  constexpr unsigned kAll = 0xffffffffu;
+  float s[8], v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int e = lane + 32 * j;
+    const float l = __ldcg(&p.logits[int64_t(tok) * kRouterExperts + e]);
+    s[j] = sqrtf(l > 20.0f ? l : log1pf(expf(l)));  // torch softplus (threshold 20), then sqrt
+    const float b = p.bias != nullptr ? p.bias[e] : 0.0f;
+    v[j] = s[j] + b;
+    if (isnan(v[j])) v[j] = -INFINITY;
+  }
+  int ids[8];
+  float sc[8];
+  if (p.tid2eid != nullptr) {
+    const int64_t row = int64_t(p.token_ids[tok]) * p.top_k;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      ids[k] = 0;
+      sc[k] = 0.0f;
+      if (k < p.top_k) {
+        const int e = p.tid2eid[row + k];
+        float se = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          if (j == (e >> 5)) se = s[j];
+        ids[k] = e;
+        sc[k] = __shfl_sync(kAll, se, e & 31);
+      }
+    }
+  } else {
+    unsigned taken = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      ids[k] = 0;
+      sc[k] = 0.0f;
+      if (k < p.top_k) {
+        float bv = -INFINITY, bs = 0.0f;
+        int be = INT_MAX;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int e = lane + 32 * j;
+          if (((taken >> j) & 1u) == 0 && (v[j] > bv || (v[j] == bv && e < be))) {
+            bv = v[j];
+            be = e;
+            bs = s[j];
+          }
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+          const float ov = __shfl_xor_sync(kAll, bv, off);
+          const int oe = __shfl_xor_sync(kAll, be, off);
+          const float os = __shfl_xor_sync(kAll, bs, off);
+          if (ov > bv || (ov == bv && oe < be)) {
+            bv = ov;
+            be = oe;
+            bs = os;
+          }
+        }
+        ids[k] = be;
+        sc[k] = bs;
+        if ((be & 31) == lane) taken |= 1u << (be >> 5);
+      }
+    }
+  }
+  float denom = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    if (k < p.top_k) denom += sc[k];
+  float w[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) w[k] = sc[k] / denom * p.route_scale;
+  // Increasing expert id: the order the MoE combine sums the expert outputs in.
+#pragma unroll
+  for (int a = 0; a < 7; ++a)
+#pragma unroll
+    for (int b = 0; b < 7 - a; ++b)
+      if (b + 1 < p.top_k && ids[b] > ids[b + 1]) {
+        const int ti = ids[b];
+        ids[b] = ids[b + 1];
+        ids[b + 1] = ti;
+        const float tw = w[b];
+        w[b] = w[b + 1];
+        w[b + 1] = tw;
+      }
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      if (k < p.top_k) {
+        p.topk_ids[int64_t(tok) * p.top_k + k] = ids[k];
+        p.topk_w[int64_t(tok) * p.top_k + k] = w[k];
+      }
+  }
+}
+
+// Counting sort of all pairs by expert (expert 256 = shared, every token once), by one block.
+__device__ void group_pairs(const RouteKernelArgs& p) {
+  __shared__ int s_cnt[kRouterExperts + 1], s_off[kRouterExperts + 1], s_toff[kRouterExperts + 1];
+  __shared__ int s_cur[kRouterExperts + 1];
+  const int tid = threadIdx.x, top_k = p.top_k, m = p.m, bm = p.block_m;
+  const int n_pairs = m * top_k;
+  for (int e = tid; e <= kRouterExperts; e += kThreads) s_cnt[e] = 0;
+  __syncthreads();
+  for (int i = tid; i < n_pairs; i += kThreads) atomicAdd(&s_cnt[__ldcg(&p.topk_ids[i])], 1);
+  __syncthreads();
+  if (tid == 0) {
+    s_cnt[kShared] = m;
+    int off = 0, toff = 0;
+    for (int e = 0; e <= kRouterExperts; ++e) {
+      s_off[e] = off;
+      s_toff[e] = toff;
+      off += s_cnt[e];
+      toff += (s_cnt[e] + bm - 1) / bm;
+    }
+    *p.n_tiles = toff;
+  }
+  __syncthreads();
+  for (int e = tid; e <= kRouterExperts; e += kThreads) {
+    const int cnt = s_cnt[e];
+    for (int j = 0; j * bm < cnt; ++j) p.tiles[s_toff[e] + j] = make_int4(e, s_off[e] + j * bm, min(bm, cnt - j * bm), 0);
+    s_cur[e] = s_off[e];
+  }
+  __syncthreads();
+  // Order inside an expert is arrival order: rows are independent in the GEMMs, so it does not
+  // change any value.
+  for (int i = tid; i < n_pairs; i += kThreads) {
+    const int t = i / top_k, e = __ldcg(&p.topk_ids[i]);
+    const int pos = atomicAdd(&s_cur[e], 1);
+    p.sorted_token[pos] = t;
+    p.sorted_weight[pos] = __ldcg(&p.topk_w[i]);
+    p.token_pairs[int64_t(t) * (top_k + 1) + (i % top_k)] = pos;
+  }
+  for (int t = tid; t < m; t += kThreads) {
+    const int pos = s_off[kShared] + t;
+    p.sorted_token[pos] = t;
+    p.sorted_weight[pos] = 1.0f;
+    p.token_pairs[int64_t(t) * (top_k + 1) + top_k] = pos;
+  }
+}
+
+// TM tokens per block (x rows staged in smem), EPW experts per warp, 8 warps.
+template <int TM, int EPW>
+__global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelArgs p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int s_flag;
+  const uint4* xs = reinterpret_cast<const uint4*>(smem);  // bf16 [TM][hidden]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tok0 = blockIdx.x * TM;
+  const int n_tok = min(TM, p.m - tok0);
+  const int cpr = p.hidden / 8;  // 16-byte chunks per row
+
+  for (int i = tid; i < TM * cpr; i += kThreads) {
+    const int t = i / cpr, c = i % cpr;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (t < n_tok) v = *reinterpret_cast<const uint4*>(p.x + int64_t(tok0 + t) * p.ldx + c * 8);
+    reinterpret_cast<uint4*>(smem)[i] = v;
+  }
+  __syncthreads();
+
+  const int e0 = blockIdx.y * (8 * EPW) + warp * EPW;
+  float acc[TM][EPW];
+#pragma unroll
+  for (int t = 0; t < TM; ++t)
+#pragma unroll
+    for (int j = 0; j < EPW; ++j) acc[t][j] = 0.0f;
+  for (int c = lane; c < cpr; c += 32) {
+    float xv[TM][8];
+#pragma unroll
+    for (int t = 0; t < TM; ++t) unpack8(xs[t * cpr + c], xv[t]);
+#pragma unroll
+    for (int j = 0; j < EPW; ++j) {
+      float wv[8];
+      unpack8(__ldg(reinterpret_cast<const uint4*>(p.gate_w + int64_t(e0 + j) * p.hidden) + c), wv);
+#pragma unroll
+      for (int t = 0; t < TM; ++t)
+#pragma unroll
+        for (int u = 0; u < 8; ++u) acc[t][j] = fmaf(xv[t][u], wv[u], acc[t][j]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < TM; ++t)
+#pragma unroll
+    for (int j = 0; j < EPW; ++j) {
+      float v = acc[t][j];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      // Lane 0's association is the same for every expert: equal rows give equal logits.
+      if (lane == 0 && t < n_tok) p.logits[int64_t(tok0 + t) * kRouterExperts + e0 + j] = v;
+    }
+
+  // The last expert slice of this token tile selects experts for its tokens.
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const int old = atomicAdd(&p.tile_counters[blockIdx.x], 1);
+    s_flag = old == int(gridDim.y) - 1;
+    if (s_flag) atomicExch(&p.tile_counters[blockIdx.x], 0);
+  }
+  __syncthreads();
+  if (!s_flag) return;
+  __threadfence();
+  if (warp < n_tok) select_experts(p, tok0 + warp, lane);
+
+  // The last token tile groups every pair.
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const int old = atomicAdd(p.done_counter, 1);
+    s_flag = old == int(gridDim.x) - 1;
+    if (s_flag) atomicExch(p.done_counter, 0);
+  }
+  __syncthreads();
+  if (!s_flag) return;
+  __threadfence();
+  group_pairs(p);
+}
+
+template <int TM, int EPW>
+Status launch_variant(const RouteKernelArgs& p, cudaStream_t stream) {
+  static_assert(TM <= 8, "one warp per token in the selection step");
+  const int smem = TM * p.hidden * 2;
+  auto* kernel = &moe_route_kernel<TM, EPW>;
+  if (smem > 48 * 1024) {
+    // Once per device: the attribute is a property of the function on that device.
+    static std::mutex mu;
+    static bool done[64] = {};
+    DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
+    std::lock_guard<std::mutex> lock(mu);
+    if (!done[dev->device]) {
+      DSV4_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                                       "cudaFuncSetAttribute(moe_route_kernel)"));
+      done[dev->device] = true;
+    }
+  }
+  const dim3 grid((p.m + TM - 1) / TM, kRouterExperts / (8 * EPW));
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  return last_launch_status("moe_route_kernel");
+}
+
+}  // namespace
+
+Status launch_moe_route(const RouteKernelArgs& p, cudaStream_t stream) {
+  if (p.hidden % 256 != 0 || p.hidden > 8192)
+    return invalid_argument("moe router: hidden {} must be a multiple of 256 and at most 8192", p.hidden);
+  if (p.top_k < 1 || p.top_k > 8) return invalid_argument("moe router: top_k {} not in 1..8", p.top_k);
+  // Decode batches: one token per block and 32 blocks per token, so the 2 MB router weight is
+  // streamed by many SMs. Prefill: 8 tokens per block reuse each weight load 8 times.
+  if (p.m <= 32) return launch_variant<1, 1>(p, stream);
+  return launch_variant<8, 4>(p, stream);
+}
+
+}  // namespace dsv4::cuda::moe_detail

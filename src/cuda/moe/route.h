@@ -1,0 +1,42 @@
+// route.h: the MoE router kernel's launcher (internal to moe/). One launch computes the router
+// logits, the top-k selection and weights per token, and the grouping of pairs by expert; the
+// last blocks to finish do the later steps (arrival counters), so no host round trip is needed.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "base/status.h"
+
+namespace dsv4::cuda::moe_detail {
+
+inline constexpr int kRouterExperts = 256;  // 8 experts per lane in the top-k warp
+
+struct RouteKernelArgs {
+  const __nv_bfloat16* x = nullptr;  // bf16 [M, hidden]
+  int64_t ldx = 0;
+  int m = 0, hidden = 0;
+  const __nv_bfloat16* gate_w = nullptr;  // bf16 [256, hidden]
+  const float* bias = nullptr;            // f32 [256] or null
+  const int32_t* tid2eid = nullptr;       // i32 [vocab, top_k] or null (score layer)
+  const int32_t* token_ids = nullptr;     // i32 [M] (hash layer)
+  int top_k = 0;
+  float route_scale = 1.0f;
+  int block_m = 0;                        // GEMM block rows: tiles hold at most this many rows
+  float* logits = nullptr;                // f32 [M, 256]
+  int* topk_ids = nullptr;                // i32 [M, top_k], increasing expert id
+  float* topk_w = nullptr;                // f32 [M, top_k]
+  int* tile_counters = nullptr;           // i32 [M] zero
+  int* done_counter = nullptr;            // i32 [1] zero
+  int4* tiles = nullptr;                  // out: (expert, first sorted row, rows, 0); expert 256 = shared
+  int* n_tiles = nullptr;                 // out: i32 [1]
+  int* sorted_token = nullptr;            // out: i32 [M (top_k + 1)]
+  float* sorted_weight = nullptr;         // out: f32 [M (top_k + 1)]
+  int* token_pairs = nullptr;             // out: i32 [M, top_k + 1]
+};
+
+Status launch_moe_route(const RouteKernelArgs& args, cudaStream_t stream);
+
+}  // namespace dsv4::cuda::moe_detail

@@ -1,0 +1,270 @@
+// w4a16_test.cpp: the W4A16 repack and dense GEMM against exact CPU references, on every INT4
+// shape of DeepSeek-V4-Flash (and the fused ones) for M from 1 to 4096.
+//
+// Tolerance of a GEMM output element (reference in double from the exact weights):
+//   |gpu - ref| <= 2^-8 |ref| + 2^-15 sum_k |x_k w_k|
+// The first term is the bf16 rounding of the output (half an ulp is at most 2^-8 of the value);
+// the second covers fp32 accumulation in a different order than the CPU's (at most about
+// K 2^-24 sum|x w| in the worst case, in practice far below 2^-15 sum|x w|). Any indexing or
+// layout error moves elements by the order of |ref| itself. The relative squared error over all
+// checked elements must also stay under 1e-5 (bf16 rounding alone gives about 1e-6).
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+struct ShapeSpec {
+  std::string name;
+  int n = 0, k = 0;
+  std::vector<PackedPart> parts;
+};
+
+ScaleSpec default_scales() { return ScaleSpec{8, 9, true}; }
+
+std::vector<ShapeSpec> flash_shapes() {
+  auto one = [](const std::string& name, int n, int k, uint64_t seed) {
+    return ShapeSpec{name, n, k, {PackedPart{HostGptq{seed, n, k, default_scales()}, RepackPlacement::concat(0)}}};
+  };
+  std::vector<ShapeSpec> v;
+  v.push_back(one("wq_a", 1024, 4096, 11));
+  v.push_back(one("wq_b", 32768, 1024, 12));
+  v.push_back(one("wkv", 512, 4096, 13));
+  v.push_back(one("wo_b", 4096, 8192, 14));
+  v.push_back(one("idx_wq_b", 8192, 1024, 15));
+  v.push_back(one("w1_w3", 2048, 4096, 16));
+  v.push_back(one("w2", 4096, 2048, 17));
+  // wq_a and wkv read the same input: one packed [1536, 4096] weight, one GEMM.
+  v.push_back(ShapeSpec{"wq_a+wkv", 1536, 4096,
+                        {PackedPart{HostGptq{21, 1024, 4096, default_scales()}, RepackPlacement::concat(0)},
+                         PackedPart{HostGptq{22, 512, 4096, default_scales()}, RepackPlacement::concat(1024)}}});
+  // MoE gate/up: w1 and w3 interleaved in 16-column blocks, N = 4096.
+  v.push_back(ShapeSpec{"w1|w3", 4096, 4096,
+                        {PackedPart{HostGptq{23, 2048, 4096, default_scales()}, RepackPlacement::gate_up(0)},
+                         PackedPart{HostGptq{24, 2048, 4096, default_scales()}, RepackPlacement::gate_up(1)}}});
+  return v;
+}
+
+// Packed device weight and exact host weights of one shape, built once per test binary.
+struct ShapeData {
+  DeviceBuffer q, s;
+  std::vector<float> w_kn;
+  W4A16Weight view(const ShapeSpec& sh) const { return W4A16Weight{q.as<uint32_t>(), s.as<__half>(), sh.n, sh.k}; }
+};
+
+ShapeData& shape_data(const ShapeSpec& sh) {
+  static std::map<std::string, std::unique_ptr<ShapeData>> cache;
+  auto& slot = cache[sh.name];
+  if (!slot) {
+    slot = std::make_unique<ShapeData>();
+    slot->q = device_alloc(w4a16_qweight_bytes(sh.n, sh.k));
+    slot->s = device_alloc(w4a16_scales_bytes(sh.n, sh.k));
+    poison(slot->q);
+    poison(slot->s);
+    DeviceBuffer sq, ss;
+    build_packed(sh.parts, sh.n, sh.k, slot->q.as<uint32_t>(), slot->s.as<__half>(), sq, ss);
+    slot->w_kn = host_weights_kn(sh.parts, sh.n, sh.k);
+  }
+  return *slot;
+}
+
+W4A16WorkspaceView workspace() {
+  static W4A16Workspace ws = [] {
+    auto r = W4A16Workspace::create();
+    DSV4_CHECK(r.is_ok(), "{}", r.status().to_string());
+    return std::move(r).value();
+  }();
+  return ws.view();
+}
+
+// Runs y = x W^T for m rows and checks every element against the reference (sampled rows when m
+// is large), that no element of [m, n] is left unwritten and that columns past n are untouched.
+void run_and_check(const ShapeSpec& sh, int m, uint64_t seed) {
+  ShapeData& d = shape_data(sh);
+  const std::vector<float> x = random_bf16_values(int64_t(m) * sh.k, seed, 1.0f);
+  DeviceBuffer dx = upload_vector(to_bf16(x));
+  const int64_t ldy = sh.n + 64;  // 64 guard columns must stay poisoned
+  DeviceBuffer dy = device_alloc(size_t(m) * ldy * 2);
+  poison(dy);
+  W4A16GemmArgs a;
+  a.x = dx.as<__nv_bfloat16>();
+  a.ldx = sh.k;
+  a.m = m;
+  a.w = d.view(sh);
+  a.y = dy.as<__nv_bfloat16>();
+  a.ldy = ldy;
+  auto plan = plan_w4a16_gemm(m, sh.n, sh.k, workspace());
+  DSV4_ASSERT_OK(plan.status());
+  DSV4_ASSERT_OK(w4a16_gemm(a, workspace(), nullptr));
+  DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<uint16_t> y = download<uint16_t>(dy.get(), size_t(m) * ldy);
+
+  int64_t unwritten = 0, guard_touched = 0;
+  for (int r = 0; r < m; ++r) {
+    for (int c = 0; c < sh.n; ++c) unwritten += !std::isfinite(bf16_to_f32(y[size_t(r) * ldy + c]));
+    for (int c = sh.n; c < ldy; ++c) guard_touched += y[size_t(r) * ldy + c] != 0xFFFF;
+  }
+  EXPECT_EQ(unwritten, 0) << sh.name << " M=" << m << ": unwritten or non-finite outputs";
+  EXPECT_EQ(guard_touched, 0) << sh.name << " M=" << m << ": wrote past column N";
+
+  const std::vector<int> rows = sample_rows(m, 64, seed + 1);
+  std::vector<double> ref, absdot;
+  ref_gemm_rows(x, sh.k, rows, d.w_kn, sh.n, ref, absdot);
+  std::vector<float> gpu(rows.size() * size_t(sh.n));
+  std::vector<double> tol(gpu.size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int c = 0; c < sh.n; ++c) {
+      const size_t j = i * sh.n + c;
+      gpu[j] = bf16_to_f32(y[size_t(rows[i]) * ldy + c]);
+      tol[j] = std::ldexp(std::fabs(ref[j]), -8) + std::ldexp(absdot[j], -15);
+    }
+  const CompareResult cr = compare(gpu.data(), ref.data(), tol.data(), int64_t(gpu.size()));
+  EXPECT_TRUE(cr.ok(1e-5)) << sh.name << " M=" << m << " (" << w4a16_config_name(plan->config)
+                           << ", splits " << plan->splits << "): " << cr.summary();
+  std::printf("[ check ] %-9s M=%-5d cfg=%-4s splits=%-2d rows=%-3zu max|d|/tol=%.3f nmse=%.2e\n", sh.name.c_str(), m,
+              w4a16_config_name(plan->config), plan->splits, rows.size(), cr.max_ratio, cr.nmse);
+}
+
+struct GemmCase {
+  int shape = 0;
+  int m = 0;
+};
+std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) {
+  std::string s = flash_shapes()[size_t(info.param.shape)].name + "_M" + std::to_string(info.param.m);
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return s;
+}
+std::vector<GemmCase> all_cases() {
+  std::vector<GemmCase> v;
+  const int n_shapes = int(flash_shapes().size());
+  for (int s = 0; s < n_shapes; ++s)
+    for (int m : {1, 2, 3, 8, 16, 33, 64, 256, 1024, 4096}) v.push_back({s, m});
+  return v;
+}
+
+class W4A16Gemm : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(W4A16Gemm, MatchesExactReference) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ShapeSpec sh = flash_shapes()[size_t(GetParam().shape)];
+  run_and_check(sh, GetParam().m, 1000 + 17 * uint64_t(GetParam().shape) + uint64_t(GetParam().m));
+}
+INSTANTIATE_TEST_SUITE_P(FlashShapes, W4A16Gemm, ::testing::ValuesIn(all_cases()), case_name);
+
+// The repack is checked on its own: dequantizing the packed weight must give bf16(s (q - 8)) of
+// the checkpoint tensors bit for bit, including placement, zero and subnormal scales.
+TEST(W4A16Repack, DequantRoundTripIsExact) {
+  DSV4_SKIP_WITHOUT_GPU();
+  for (const ShapeSpec& sh : {flash_shapes()[7], flash_shapes()[8], flash_shapes()[2]}) {
+    ShapeData& d = shape_data(sh);
+    DeviceBuffer out = device_alloc(size_t(sh.n) * sh.k * 2);
+    poison(out);
+    DSV4_ASSERT_OK(dequant_w4a16(d.view(sh), out.as<__nv_bfloat16>(), nullptr));
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint16_t> got = download<uint16_t>(out.get(), size_t(sh.n) * sh.k);
+    int64_t bad = 0, first = -1;
+    for (int col = 0; col < sh.n; ++col)
+      for (int kk = 0; kk < sh.k; ++kk) {
+        const uint16_t want = f32_to_bf16(d.w_kn[size_t(kk) * sh.n + col]);
+        const uint16_t have = got[size_t(col) * sh.k + kk];
+        // +0 and -0 are the same weight (a zero scale is stored as 1 with code 8).
+        if (have != want && !((have & 0x7FFF) == 0 && (want & 0x7FFF) == 0)) {
+          if (first < 0) first = int64_t(col) * sh.k + kk;
+          ++bad;
+        }
+      }
+    EXPECT_EQ(bad, 0) << sh.name << ": first mismatch at flat index " << first;
+  }
+}
+
+TEST(W4A16Repack, RejectsBadPlacement) {
+  DSV4_SKIP_WITHOUT_GPU();
+  DeviceBuffer q = device_alloc(1024), s = device_alloc(1024);
+  GptqInt4Tensor t{q.as<int32_t>(), s.as<__half>(), 64, 128};
+  EXPECT_FALSE(repack_gptq_int4(t, q.as<uint32_t>(), s.as<__half>(), 64, RepackPlacement::concat(16), nullptr).is_ok());
+  EXPECT_FALSE(repack_gptq_int4(t, q.as<uint32_t>(), s.as<__half>(), 100, RepackPlacement::concat(0), nullptr).is_ok());
+  t.k = 100;
+  EXPECT_FALSE(repack_gptq_int4(t, q.as<uint32_t>(), s.as<__half>(), 64, RepackPlacement::concat(0), nullptr).is_ok());
+}
+
+TEST(W4A16Gemm, RejectsBadArguments) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ShapeSpec sh = flash_shapes()[2];
+  ShapeData& d = shape_data(sh);
+  DeviceBuffer x = device_alloc(size_t(4) * sh.k * 2 + 16), y = device_alloc(size_t(4) * sh.n * 2);
+  W4A16GemmArgs a;
+  a.x = x.as<__nv_bfloat16>();
+  a.ldx = sh.k;
+  a.m = 4;
+  a.w = d.view(sh);
+  a.y = y.as<__nv_bfloat16>();
+  a.ldy = sh.n;
+  EXPECT_TRUE(w4a16_gemm(a, workspace(), nullptr).is_ok());
+  W4A16GemmArgs b = a;
+  b.x = reinterpret_cast<const __nv_bfloat16*>(x.as<char>() + 2);  // misaligned
+  EXPECT_EQ(w4a16_gemm(b, workspace(), nullptr).code(), StatusCode::kInvalidArgument);
+  b = a;
+  b.w.n = 500;  // not a multiple of 64
+  EXPECT_EQ(w4a16_gemm(b, workspace(), nullptr).code(), StatusCode::kInvalidArgument);
+  b = a;
+  b.m = 0;
+  EXPECT_EQ(w4a16_gemm(b, workspace(), nullptr).code(), StatusCode::kInvalidArgument);
+  DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+}
+
+// Split-K reductions add partials in a fixed order: the same inputs give the same bits, eagerly
+// and replayed from a CUDA graph (the workspace counters return to zero after every launch).
+TEST(W4A16Gemm, DeterministicAndGraphReplayable) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ShapeSpec sh = flash_shapes()[3];  // wo_b: K = 8192, many splits at M = 1
+  ShapeData& d = shape_data(sh);
+  for (int m : {1, 16}) {
+    auto plan = plan_w4a16_gemm(m, sh.n, sh.k, workspace());
+    DSV4_ASSERT_OK(plan.status());
+    EXPECT_GT(plan->splits, 1) << "decode shapes should use split-K";
+    DeviceBuffer dx = upload_vector(to_bf16(random_bf16_values(int64_t(m) * sh.k, 77 + m, 1.0f)));
+    DeviceBuffer y0 = device_alloc(size_t(m) * sh.n * 2), y1 = device_alloc(size_t(m) * sh.n * 2);
+    poison(y0);
+    poison(y1);
+    W4A16GemmArgs a;
+    a.x = dx.as<__nv_bfloat16>();
+    a.ldx = sh.k;
+    a.m = m;
+    a.w = d.view(sh);
+    a.y = y0.as<__nv_bfloat16>();
+    a.ldy = sh.n;
+    DSV4_ASSERT_OK(w4a16_gemm(a, workspace(), nullptr));
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    const auto ref = download<uint16_t>(y0.get(), size_t(m) * sh.n);
+
+    cudaStream_t s;
+    DSV4_ASSERT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    a.y = y1.as<__nv_bfloat16>();
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    DSV4_ASSERT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    DSV4_ASSERT_OK(w4a16_gemm(a, workspace(), s));
+    DSV4_ASSERT_CUDA(cudaStreamEndCapture(s, &graph));
+    DSV4_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; ++rep) {
+      poison(y1);
+      DSV4_ASSERT_CUDA(cudaGraphLaunch(exec, s));
+      DSV4_ASSERT_CUDA(cudaStreamSynchronize(s));
+      EXPECT_EQ(download<uint16_t>(y1.get(), size_t(m) * sh.n), ref) << "M=" << m << " replay " << rep;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+  }
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test
