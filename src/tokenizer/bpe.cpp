@@ -196,7 +196,8 @@ void BpeModel::merge_scan(size_t n, BpeScratch& s) const {
 }
 
 // HF's algorithm: a min-heap of (rank, position) candidates; stale entries (a side already
-// merged away, or the pair changed) are skipped when popped.
+// merged away, or the pair changed) are skipped when popped. HF re-looks the pair up and compares
+// the merged id; comparing the pair itself is equivalent (a pair has one merge) and cheaper.
 void BpeModel::merge_heap(size_t n, BpeScratch& s) const {
   using Entry = BpeScratch::HeapEntry;
   auto later = [](const Entry& x, const Entry& y) {
@@ -208,7 +209,7 @@ void BpeModel::merge_heap(size_t n, BpeScratch& s) const {
     const int32_t j = s.next[i];
     uint32_t rank, merged;
     if (j >= 0 && merges_.find(s.ids[i], s.ids[j], &rank, &merged)) {
-      s.heap.push_back(Entry{rank, i, merged});
+      s.heap.push_back(Entry{rank, i, s.ids[i], s.ids[j], merged});
       std::push_heap(s.heap.begin(), s.heap.end(), later);
     }
   };
@@ -220,9 +221,8 @@ void BpeModel::merge_heap(size_t n, BpeScratch& s) const {
     const int32_t i = top.pos;
     if (s.ranks[i] != 0 || s.next[i] < 0) continue;
     const int32_t j = s.next[i];
-    uint32_t rank, merged;
-    if (!merges_.find(s.ids[i], s.ids[j], &rank, &merged) || merged != top.merged) continue;
-    s.ids[i] = merged;
+    if (s.ids[i] != top.left || s.ids[j] != top.right) continue;
+    s.ids[i] = top.merged;
     s.ranks[j] = 1;
     s.next[i] = s.next[j];
     if (s.next[j] >= 0) s.prev[s.next[j]] = i;

@@ -61,7 +61,7 @@ struct BpeScratch {
   struct HeapEntry {
     uint32_t rank;
     int32_t pos;
-    uint32_t merged;
+    uint32_t left, right, merged;  // the pair when pushed: a popped entry is stale if it changed
   };
   std::vector<HeapEntry> heap;
 };
@@ -76,7 +76,7 @@ class BpeModel {
   void encode_piece(std::string_view bytes, BpeScratch& scratch, std::vector<TokenId>* out) const;
 
   // Pieces longer than this use a heap instead of the quadratic scan (same result).
-  static constexpr size_t kMaxScanLength = 96;
+  static constexpr size_t kMaxScanLength = 48;
   // Exposed for tests: runs the merge loop with the scan (use_heap false) or the heap.
   void merge_piece(std::string_view bytes, bool use_heap, BpeScratch& scratch,
                    std::vector<TokenId>* out) const;

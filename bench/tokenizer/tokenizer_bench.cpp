@@ -1,0 +1,63 @@
+// tokenizer_bench.cpp: encoding throughput of dsv4_tokenizer on one text file, single thread.
+// Prints load time, MB/s (best of --repeat runs), the token count and an FNV-1a hash of the ids
+// so scripts/tokenizer/bench_tokenizer.py can check that HF produced the same ids.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "tokenizer/tokenizer.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dsv4 tokenizer encode benchmark"};
+  std::string tokenizer_path, text_path;
+  int repeat = 3;
+  bool special = true;
+  app.add_option("--tokenizer", tokenizer_path, "tokenizer.json")->required();
+  app.add_option("--text", text_path, "UTF-8 text file to encode as one string")->required();
+  app.add_option("--repeat", repeat, "timed runs (the best one is reported)");
+  app.add_flag("--special,!--no-special", special, "recognise special tokens (default on)");
+  CLI11_PARSE(app, argc, argv);
+
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto tok = dsv4::tok::Tokenizer::load(tokenizer_path);
+  if (!tok.is_ok()) {
+    fmt::print(stderr, "{}\n", tok.status().to_string());
+    return 1;
+  }
+  const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  std::ifstream in(text_path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+
+  double best_s = 1e30;
+  std::vector<dsv4::tok::TokenId> ids;
+  for (int r = 0; r < repeat; ++r) {
+    const auto t = Clock::now();
+    auto result = tok->encode(text, special);
+    const double s = std::chrono::duration<double>(Clock::now() - t).count();
+    if (!result.is_ok()) {
+      fmt::print(stderr, "{}\n", result.status().to_string());
+      return 1;
+    }
+    ids = std::move(result).value();
+    best_s = std::min(best_s, s);
+  }
+  uint64_t hash = 1469598103934665603ull;
+  for (auto id : ids) {
+    hash ^= static_cast<uint32_t>(id);
+    hash *= 1099511628211ull;
+  }
+  const double mb = text.size() / 1e6;
+  fmt::print("{{\"bytes\": {}, \"tokens\": {}, \"load_s\": {:.3f}, \"encode_s\": {:.4f}, \"mb_per_s\": {:.2f}, "
+             "\"ids_fnv1a\": \"{:016x}\"}}\n",
+             text.size(), ids.size(), load_s, best_s, mb / best_s, hash);
+  return 0;
+}
