@@ -60,7 +60,7 @@ std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
 }
 
 std::vector<float> random_bf16_values(int64_t count, uint64_t seed, float scale) {
-  std::vector<float> r(size_t(count));
+  std::vector<float> r(static_cast<size_t>(count));
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < count; ++i) r[size_t(i)] = round_bf16(testing::random_uniform_pm2(seed, i) * scale);
   return r;

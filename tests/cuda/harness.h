@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/check.h"
 #include "base/numeric.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/testing/random_gptq.h"

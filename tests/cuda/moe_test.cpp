@@ -234,8 +234,8 @@ RunResult run_moe(const MoeLayerWeights& w, const std::vector<float>& x, const s
 }
 
 std::vector<int32_t> random_tokens(int m, uint64_t seed) {
-  std::mt19937 rng(uint32_t(seed));
-  std::vector<int32_t> t(size_t(m));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::vector<int32_t> t(static_cast<size_t>(m));
   for (auto& v : t) v = int32_t(rng() % kVocab);
   return t;
 }
@@ -244,7 +244,7 @@ std::vector<int32_t> random_tokens(int m, uint64_t seed) {
 std::vector<Route> check_routing(const RunResult& r, const std::vector<float>& x, const std::vector<int32_t>& tokens,
                                  int m, const std::vector<float>& gate, const float* bias, const char* what) {
   MoeSetup& s = setup();
-  std::vector<Route> ref(size_t(m));
+  std::vector<Route> ref(static_cast<size_t>(m));
 #pragma omp parallel for schedule(dynamic, 4)
   for (int t = 0; t < m; ++t)
     ref[size_t(t)] = ref_route(&x[size_t(t) * kHidden], gate, bias,

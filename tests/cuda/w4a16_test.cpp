@@ -46,7 +46,7 @@ std::vector<ShapeSpec> flash_shapes() {
                         {PackedPart{HostGptq{21, 1024, 4096, default_scales()}, RepackPlacement::concat(0)},
                          PackedPart{HostGptq{22, 512, 4096, default_scales()}, RepackPlacement::concat(1024)}}});
   // MoE gate/up: w1 and w3 interleaved in 16-column blocks, N = 4096.
-  v.push_back(ShapeSpec{"w1|w3", 4096, 4096,
+  v.push_back(ShapeSpec{"w13_gateup", 4096, 4096,
                         {PackedPart{HostGptq{23, 2048, 4096, default_scales()}, RepackPlacement::gate_up(0)},
                          PackedPart{HostGptq{24, 2048, 4096, default_scales()}, RepackPlacement::gate_up(1)}}});
   return v;

@@ -3,7 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstring>
+#include <cstdio>
 #include <mutex>
 
 #include "cuda/common/cuda_check.h"
@@ -41,7 +41,7 @@ Result<const DeviceInfo*> current_device_info() {
     d.n_sms = p.multiProcessorCount;
     d.smem_optin_bytes = p.sharedMemPerBlockOptin;
     d.l2_bytes = size_t(p.l2CacheSize);
-    std::strncpy(d.name, p.name, sizeof(d.name) - 1);
+    std::snprintf(d.name, sizeof(d.name), "%s", p.name);
     if (p.major < 8) return unimplemented("{} is sm_{}{}: dsv4 kernels need SM80 or newer", p.name, p.major, p.minor);
     d.arch = (p.major == 8 && p.minor == 6) ? GpuArch::kSm86 : (p.major == 9 ? GpuArch::kSm90 : GpuArch::kOther);
     g_have[dev] = true;

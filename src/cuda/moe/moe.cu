@@ -69,7 +69,7 @@ Result<MoeWorkspace> MoeWorkspace::create(int max_tokens, int hidden, int inter,
   ws.route_tile_counters_ = reinterpret_cast<int*>(base + off_tile);
   ws.combine_counters_ = reinterpret_cast<int*>(base + off_combine);
   ws.gemm_counters_ = reinterpret_cast<int*>(base + off_gemm);
-  return ws;
+  return Result<MoeWorkspace>(std::move(ws));
 }
 
 Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws, cudaStream_t stream) {

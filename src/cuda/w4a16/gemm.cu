@@ -92,7 +92,7 @@ Result<W4A16Workspace> W4A16Workspace::create(size_t partial_bytes, int n_counte
   W4A16Workspace ws;
   DSV4_ASSIGN_OR_RETURN(ws.partials_, DeviceBuffer::create(partial_bytes));
   DSV4_ASSIGN_OR_RETURN(ws.counters_, DeviceBuffer::create(size_t(n_counters) * sizeof(int), /*zero=*/true));
-  return ws;
+  return Result<W4A16Workspace>(std::move(ws));
 }
 
 Result<W4A16GemmPlan> plan_w4a16_gemm(int m, int n, int k, const W4A16WorkspaceView& ws) {

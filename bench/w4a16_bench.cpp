@@ -1,0 +1,389 @@
+// w4a16_bench.cpp: speed of the W4A16 GEMM and the fused MoE layer on the real Flash shapes, with
+// peers measured in the same run: device-to-device copy bandwidth (the ceiling for weight
+// streaming) and cuBLAS BF16 GEMM on the dequantized weights. Prints a table and writes JSON.
+//
+// Method (METHOD.md): bytes counted up front; every timing is a CUDA graph of L launches replayed
+// many times, timed with CUDA events, median of the replays divided by L; launches rotate over
+// weight sets (and MoE inputs) totalling more than 3x the L2, so weights come from DRAM as they
+// do in a real step.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/check.h"
+#include "cuda/common/arch.h"
+#include "cuda/common/device_buffer.h"
+#include "cuda/moe/moe.h"
+#include "cuda/testing/random_gptq.h"
+#include "cuda/w4a16/w4a16.h"
+
+using namespace dsv4;
+using namespace dsv4::cuda;
+using json = nlohmann::json;
+
+#define CK(expr) DSV4_CHECK((expr) == cudaSuccess, "{}: {}", #expr, cudaGetErrorString(cudaGetLastError()))
+#define CKS(expr)                                                       \
+  do {                                                                  \
+    const Status st_ = (expr);                                          \
+    DSV4_CHECK(st_.is_ok(), "{}: {}", #expr, st_.to_string());          \
+  } while (0)
+#define CKB(expr) DSV4_CHECK((expr) == CUBLAS_STATUS_SUCCESS, "{}", #expr)
+
+namespace {
+
+DeviceBuffer alloc(size_t bytes) {
+  auto r = DeviceBuffer::create(bytes);
+  DSV4_CHECK(r.is_ok(), "{}", r.status().to_string());
+  return std::move(r).value();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median time of one call in microseconds: `body(i)` for i = 0..calls-1 captured in one graph.
+double time_graph(cudaStream_t s, int calls, const std::function<void(int)>& body, int reps = 15) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < calls; ++i) body(i);
+  CK(cudaStreamEndCapture(s, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int w = 0; w < 2; ++w) CK(cudaGraphLaunch(exec, s));
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    CK(cudaEventRecord(e0, s));
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(double(ms) * 1000.0 / calls);
+  }
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  CK(cudaGetLastError());
+  return median(t);
+}
+
+struct Shape {
+  std::string name;
+  int n, k;
+};
+
+int sets_for(size_t bytes, size_t l2) { return int(std::clamp<size_t>((3 * l2 + bytes - 1) / bytes, 2, 256)); }
+
+struct Ctx {
+  cudaStream_t s;
+  cublasHandle_t blas;
+  const DeviceInfo* dev;
+  double copy_gbs;
+  W4A16Workspace ws;
+  DeviceBuffer blas_ws;
+};
+
+double measure_copy_bandwidth(Ctx& c) {
+  const size_t bytes = size_t(1) << 30;
+  DeviceBuffer a = alloc(bytes), b = alloc(bytes);
+  CK(cudaMemset(a.get(), 1, bytes));
+  const double us = time_graph(c.s, 4, [&](int i) {
+    CK(cudaMemcpyAsync(i % 2 ? a.get() : b.get(), i % 2 ? b.get() : a.get(), bytes, cudaMemcpyDeviceToDevice, c.s));
+  });
+  return 2.0 * double(bytes) / (us * 1e-6) / 1e9;  // read + write
+}
+
+// cuBLAS BF16: y[M, N] = x[M, K] . W[N, K]^T, fp32 accumulation, bf16 out.
+void blas_gemm(Ctx& c, const void* x, const void* w, void* y, int m, int n, int k) {
+  const float alpha = 1.0f, beta = 0.0f;
+  CKB(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &beta, y,
+                   CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+json bench_dense(Ctx& c, const Shape& sh, const std::vector<int>& ms) {
+  const size_t qb = w4a16_qweight_bytes(sh.n, sh.k), sb = w4a16_scales_bytes(sh.n, sh.k);
+  const size_t wbytes = qb + sb, bf_bytes = size_t(sh.n) * sh.k * 2;
+  const int sets = sets_for(wbytes, c.dev->l2_bytes), bsets = sets_for(bf_bytes, c.dev->l2_bytes);
+  std::vector<DeviceBuffer> q, s, bw;
+  DeviceBuffer gq = alloc(size_t(sh.k / 8) * sh.n * 4), gs = alloc(size_t(sh.k / 128) * sh.n * 2);
+  for (int i = 0; i < std::max(sets, bsets); ++i) {
+    CKS(testing::fill_random_gptq(gq.as<int32_t>(), gs.as<__half>(), sh.n, sh.k, 1000 + uint64_t(i), testing::ScaleSpec{},
+                                  c.s));
+    DeviceBuffer qi = alloc(qb), si = alloc(sb);
+    CKS(repack_gptq_int4(GptqInt4Tensor{gq.as<int32_t>(), gs.as<__half>(), sh.n, sh.k}, qi.as<uint32_t>(),
+                         si.as<__half>(), sh.n, RepackPlacement::concat(0), c.s));
+    if (i < bsets) {
+      DeviceBuffer b = alloc(bf_bytes);
+      CKS(dequant_w4a16(W4A16Weight{qi.as<uint32_t>(), si.as<__half>(), sh.n, sh.k}, b.as<__nv_bfloat16>(), c.s));
+      bw.push_back(std::move(b));
+    }
+    if (i < sets) {
+      q.push_back(std::move(qi));
+      s.push_back(std::move(si));
+    }
+  }
+  CK(cudaStreamSynchronize(c.s));
+  const int max_m = *std::max_element(ms.begin(), ms.end());
+  DeviceBuffer x = alloc(size_t(max_m) * sh.k * 2), y = alloc(size_t(max_m) * sh.n * 2);
+  CKS(testing::fill_random_bf16(x.as<__nv_bfloat16>(), int64_t(max_m) * sh.k, 5, 1.0f, c.s));
+  json rows = json::array();
+  for (int m : ms) {
+    auto plan = plan_w4a16_gemm(m, sh.n, sh.k, c.ws.view());
+    CKS(plan.status());
+    const int calls = m <= 64 ? sets * std::max(1, 40 / sets) : sets;
+    const double us = time_graph(c.s, calls, [&](int i) {
+      W4A16GemmArgs a;
+      a.x = x.as<__nv_bfloat16>();
+      a.ldx = sh.k;
+      a.m = m;
+      a.w = W4A16Weight{q[size_t(i % sets)].as<uint32_t>(), s[size_t(i % sets)].as<__half>(), sh.n, sh.k};
+      a.y = y.as<__nv_bfloat16>();
+      a.ldy = sh.n;
+      CKS(w4a16_gemm(a, c.ws.view(), c.s));
+    });
+    const int bcalls = m <= 64 ? bsets * std::max(1, 40 / bsets) : bsets;
+    const double blas_us = time_graph(c.s, bcalls, [&](int i) {
+      blas_gemm(c, x.get(), bw[size_t(i % bsets)].get(), y.get(), m, sh.n, sh.k);
+    });
+    const double bytes = double(wbytes) + double(m) * sh.k * 2 + double(m) * sh.n * 2;
+    const double flops = 2.0 * m * double(sh.n) * sh.k;
+    const double gbs = bytes / (us * 1e-6) / 1e9;
+    json r = {{"shape", sh.name},
+              {"n", sh.n},
+              {"k", sh.k},
+              {"m", m},
+              {"config", w4a16_config_name(plan->config)},
+              {"splits", plan->splits},
+              {"us", us},
+              {"bytes", bytes},
+              {"gbs", gbs},
+              {"pct_copy_bw", 100.0 * gbs / c.copy_gbs},
+              {"tflops", flops / (us * 1e-6) / 1e12},
+              {"cublas_bf16_us", blas_us},
+              {"cublas_bf16_tflops", flops / (blas_us * 1e-6) / 1e12},
+              {"weight_sets", sets},
+              {"cublas_weight_sets", bsets}};
+    std::printf("%-10s M=%-5d %-5s S=%-2d %9.2f us %7.0f GB/s %5.1f%% copy %7.1f TF | cuBLAS %9.2f us %7.1f TF\n",
+                sh.name.c_str(), m, w4a16_config_name(plan->config), plan->splits, us, gbs, 100.0 * gbs / c.copy_gbs,
+                flops / (us * 1e-6) / 1e12, blas_us, flops / (blas_us * 1e-6) / 1e12);
+    std::fflush(stdout);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+json bench_moe(Ctx& c, const std::vector<int>& ms) {
+  constexpr int H = 4096, I = 2048, E = 256, K = 6, kLayers = 2, kInputs = 8;
+  const size_t q13 = w4a16_qweight_bytes(2 * I, H), s13 = w4a16_scales_bytes(2 * I, H);
+  const size_t q2 = w4a16_qweight_bytes(H, I), s2 = w4a16_scales_bytes(H, I);
+  const double expert_bytes = double(q13 + s13 + q2 + s2);
+  struct Layer {
+    DeviceBuffer w13q, w13s, w2q, w2s, sh13q, sh13s, sh2q, sh2s, gate, bias;
+  };
+  std::vector<Layer> layers(kLayers);
+  {
+    DeviceBuffer gq = alloc(size_t(H / 8) * H * 4), gs = alloc(size_t(H / 128) * H * 2);
+    for (int l = 0; l < kLayers; ++l) {
+      Layer& L = layers[size_t(l)];
+      L.w13q = alloc(q13 * E);
+      L.w13s = alloc(s13 * E);
+      L.w2q = alloc(q2 * E);
+      L.w2s = alloc(s2 * E);
+      L.sh13q = alloc(q13);
+      L.sh13s = alloc(s13);
+      L.sh2q = alloc(q2);
+      L.sh2s = alloc(s2);
+      L.gate = alloc(size_t(E) * H * 2);
+      L.bias = alloc(E * 4);
+      CK(cudaMemset(L.bias.get(), 0, E * 4));
+      CKS(testing::fill_random_bf16(L.gate.as<__nv_bfloat16>(), int64_t(E) * H, 77 + l, 1.0f / 32, c.s));
+      for (int e = 0; e <= E; ++e) {
+        const bool sh = e == E;
+        uint32_t* a13 = sh ? L.sh13q.as<uint32_t>() : L.w13q.as<uint32_t>() + e * (q13 / 4);
+        __half* b13 = sh ? L.sh13s.as<__half>() : L.w13s.as<__half>() + e * (s13 / 2);
+        uint32_t* a2 = sh ? L.sh2q.as<uint32_t>() : L.w2q.as<uint32_t>() + e * (q2 / 4);
+        __half* b2 = sh ? L.sh2s.as<__half>() : L.w2s.as<__half>() + e * (s2 / 2);
+        for (int slot = 0; slot < 2; ++slot) {
+          CKS(testing::fill_random_gptq(gq.as<int32_t>(), gs.as<__half>(), I, H, 1u << 20 | (l * 1024 + e) * 4 + slot,
+                                        testing::ScaleSpec{}, c.s));
+          CKS(repack_gptq_int4(GptqInt4Tensor{gq.as<int32_t>(), gs.as<__half>(), I, H}, a13, b13, 2 * I,
+                               RepackPlacement::gate_up(slot), c.s));
+        }
+        CKS(testing::fill_random_gptq(gq.as<int32_t>(), gs.as<__half>(), H, I, 1u << 20 | (l * 1024 + e) * 4 + 2,
+                                      testing::ScaleSpec{}, c.s));
+        CKS(repack_gptq_int4(GptqInt4Tensor{gq.as<int32_t>(), gs.as<__half>(), H, I}, a2, b2, H,
+                             RepackPlacement::concat(0), c.s));
+      }
+    }
+    CK(cudaStreamSynchronize(c.s));
+  }
+  auto weights = [&](int l) {
+    const Layer& L = layers[size_t(l)];
+    MoeLayerWeights w;
+    w.gate_w = L.gate.as<__nv_bfloat16>();
+    w.gate_bias = L.bias.as<float>();
+    w.w13 = {L.w13q.as<uint32_t>(), L.w13s.as<__half>(), 2 * I, H, E};
+    w.w2 = {L.w2q.as<uint32_t>(), L.w2s.as<__half>(), H, I, E};
+    w.shared_w13 = {L.sh13q.as<uint32_t>(), L.sh13s.as<__half>(), 2 * I, H};
+    w.shared_w2 = {L.sh2q.as<uint32_t>(), L.sh2s.as<__half>(), H, I};
+    return w;
+  };
+  const int max_m = *std::max_element(ms.begin(), ms.end());
+  auto wsr = MoeWorkspace::create(max_m);
+  CKS(wsr.status());
+  MoeWorkspace ws = std::move(wsr).value();
+  std::vector<DeviceBuffer> xs;
+  for (int i = 0; i < kInputs; ++i) {
+    xs.push_back(alloc(size_t(max_m) * H * 2));
+    CKS(testing::fill_random_bf16(xs.back().as<__nv_bfloat16>(), int64_t(max_m) * H, 900 + i, 1.0f, c.s));
+  }
+  DeviceBuffer y = alloc(size_t(max_m) * H * 2);
+  // cuBLAS peer: one expert-sized pair of GEMMs with the rows an expert gets on average.
+  DeviceBuffer bw13 = alloc(size_t(2 * I) * H * 2), bw2 = alloc(size_t(H) * I * 2), bx = alloc(size_t(max_m) * H * 2),
+               bact = alloc(size_t(max_m) * 2 * I * 2), by = alloc(size_t(max_m) * H * 2);
+  CKS(dequant_w4a16(W4A16Weight{layers[0].w13q.as<uint32_t>(), layers[0].w13s.as<__half>(), 2 * I, H},
+                    bw13.as<__nv_bfloat16>(), c.s));
+  CKS(dequant_w4a16(W4A16Weight{layers[0].w2q.as<uint32_t>(), layers[0].w2s.as<__half>(), H, I}, bw2.as<__nv_bfloat16>(),
+                    c.s));
+  CKS(testing::fill_random_bf16(bx.as<__nv_bfloat16>(), int64_t(max_m) * H, 3, 1.0f, c.s));
+  CKS(testing::fill_random_bf16(bact.as<__nv_bfloat16>(), int64_t(max_m) * 2 * I, 4, 1.0f, c.s));
+
+  json rows = json::array();
+  for (int m : ms) {
+    // Bytes a call must read at least: router weight, every distinct expert selected (plus the
+    // shared one) once, x and y. Distinct experts are read back from one eager call per input.
+    double bytes_sum = 0;
+    for (int i = 0; i < kInputs; ++i) {
+      MoeArgs a{xs[size_t(i)].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
+      CKS(moe_forward(weights(i % kLayers), a, ws, c.s));
+      CK(cudaStreamSynchronize(c.s));
+      std::vector<int> ids(size_t(m) * K);
+      CK(cudaMemcpy(ids.data(), ws.topk_ids(), ids.size() * 4, cudaMemcpyDeviceToHost));
+      const std::set<int> uniq(ids.begin(), ids.end());
+      bytes_sum += double(E) * H * 2 + (double(uniq.size()) + 1) * expert_bytes + 2.0 * m * H * 2;
+    }
+    const double bytes = bytes_sum / kInputs;
+    const double us = time_graph(c.s, kInputs * 2, [&](int i) {
+      MoeArgs a{xs[size_t(i % kInputs)].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
+      CKS(moe_forward(weights(i % kLayers), a, ws, c.s));
+    });
+    const double flops = 2.0 * m * (K + 1) * (double(2 * I) * H + double(H) * I);
+    const int rows_pe = std::max(1, (m * K + E - 1) / E);
+    const double blas_us = time_graph(c.s, 8, [&](int) {
+      blas_gemm(c, bx.get(), bw13.get(), bact.get(), rows_pe, 2 * I, H);
+      blas_gemm(c, bact.get(), bw2.get(), by.get(), rows_pe, H, I);
+    });
+    const double blas_flops = 2.0 * rows_pe * (double(2 * I) * H + double(H) * I);
+    const double gbs = bytes / (us * 1e-6) / 1e9;
+    json r = {{"m", m},
+              {"us", us},
+              {"bytes", bytes},
+              {"gbs", gbs},
+              {"pct_copy_bw", 100.0 * gbs / c.copy_gbs},
+              {"tflops", flops / (us * 1e-6) / 1e12},
+              {"cublas_expert_rows", rows_pe},
+              {"cublas_expert_us", blas_us},
+              {"cublas_expert_tflops", blas_flops / (blas_us * 1e-6) / 1e12}};
+    std::printf("moe        M=%-5d %9.2f us %7.0f GB/s %5.1f%% copy %7.1f TF | cuBLAS expert (%d rows) %7.2f us %7.1f TF\n",
+                m, us, gbs, 100.0 * gbs / c.copy_gbs, flops / (us * 1e-6) / 1e12, rows_pe, blas_us,
+                blas_flops / (blas_us * 1e-6) / 1e12);
+    std::fflush(stdout);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out = "w4a16_bench.json", commit = "unknown", command;
+  bool quick = false, dense = true, moe = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--out" && i + 1 < argc) out = argv[++i];
+    else if (a == "--commit" && i + 1 < argc) commit = argv[++i];
+    else if (a == "--command" && i + 1 < argc) command = argv[++i];
+    else if (a == "--quick") quick = true;
+    else if (a == "--no-moe") moe = false;
+    else if (a == "--no-dense") dense = false;
+    else {
+      std::fprintf(stderr, "usage: %s [--out FILE] [--commit SHA] [--command STR] [--quick] [--no-moe] [--no-dense]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  std::string argv_str;
+  for (int i = 0; i < argc; ++i) argv_str += (i ? " " : "") + std::string(argv[i]);
+
+  Ctx c;
+  auto dev = current_device_info();
+  CKS(dev.status());
+  c.dev = dev.value();
+  CK(cudaStreamCreateWithFlags(&c.s, cudaStreamNonBlocking));
+  CKB(cublasCreate(&c.blas));
+  CKB(cublasSetStream(c.blas, c.s));
+  c.blas_ws = alloc(size_t(64) << 20);
+  CKB(cublasSetWorkspace(c.blas, c.blas_ws.get(), c.blas_ws.bytes()));
+  auto ws = W4A16Workspace::create();
+  CKS(ws.status());
+  c.ws = std::move(ws).value();
+
+  c.copy_gbs = measure_copy_bandwidth(c);
+  std::printf("GPU %s (%d SMs, L2 %zu MB), copy bandwidth %.0f GB/s (read + write)\n", c.dev->name, c.dev->n_sms,
+              c.dev->l2_bytes >> 20, c.copy_gbs);
+
+  const std::vector<Shape> shapes = {{"wq_a", 1024, 4096},   {"wq_b", 32768, 1024}, {"wkv", 512, 4096},
+                                     {"wo_b", 4096, 8192},   {"idx_wq_b", 8192, 1024}, {"w1_w3", 2048, 4096},
+                                     {"w2", 4096, 2048},     {"wq_a+wkv", 1536, 4096}, {"w13_gateup", 4096, 4096}};
+  const std::vector<int> ms = quick ? std::vector<int>{1, 16, 4096}
+                                    : std::vector<int>{1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096};
+  json dense_rows = json::array(), moe_rows = json::array();
+  if (dense)
+    for (const Shape& sh : shapes)
+      for (auto& r : bench_dense(c, sh, ms)) dense_rows.push_back(r);
+  if (moe) moe_rows = bench_moe(c, quick ? std::vector<int>{1, 16, 4096} : std::vector<int>{1, 2, 4, 8, 16, 32, 64, 512, 4096});
+
+  char date[64];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  int rt = 0, drv = 0;
+  cudaRuntimeGetVersion(&rt);
+  cudaDriverGetVersion(&drv);
+  json j = {{"benchmark", "w4a16"},
+            {"gpu", c.dev->name},
+            {"sms", c.dev->n_sms},
+            {"l2_bytes", c.dev->l2_bytes},
+            {"cuda_runtime", rt},
+            {"cuda_driver", drv},
+            {"commit", commit},
+            {"date", date},
+            {"argv", argv_str},
+            {"command", command},
+            {"method",
+             "CUDA graph of L calls rotating over weight sets > 3x L2, 15 replays after 2 warm-up, median / L; "
+             "copy bandwidth = 2 x bytes of a 1 GiB device-to-device copy / time"},
+            {"copy_gbs", c.copy_gbs},
+            {"dense", dense_rows},
+            {"moe", moe_rows}};
+  std::ofstream(out) << j.dump(1) << "\n";
+  std::printf("wrote %s\n", out.c_str());
+  cublasDestroy(c.blas);
+  return 0;
+}
