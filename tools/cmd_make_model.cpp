@@ -1,5 +1,34 @@
-// cmd_make_model.cpp: (being written)
+// cmd_make_model.cpp: `dsv4 make-model`, a random-weight checkpoint in the real layouts.
+#include <fmt/format.h>
+
+#include "model/make_model.h"
 #include "tools/commands.h"
+
 namespace dsv4::cli {
-void register_make_model(CLI::App& app, int& exit_code) { (void)app; (void)exit_code; }
+
+void register_make_model(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("make-model", "write a random-weight checkpoint (tiny or flash-shaped)");
+  auto opts = std::make_shared<MakeModelOptions>();
+  cmd->add_option("--preset", opts->preset, "tiny | flash-shaped")->capture_default_str();
+  cmd->add_option("--layers", opts->layers, "number of layers")->capture_default_str();
+  cmd->add_option("--experts", opts->experts, "routed experts (default: 8 tiny, 256 flash-shaped)");
+  cmd->add_option("--format", opts->format, "w4a16 (Intel AutoRound layout) | bf16")->capture_default_str();
+  cmd->add_option("--seed", opts->seed, "random seed")->capture_default_str();
+  cmd->add_option("--tokenizer", opts->tokenizer, "tokenizer.json to copy (sets vocab to 129280)");
+  cmd->add_option("--layer-types", opts->layer_types, "per-layer attention: swa,csa,hca (default: Flash pattern)")
+      ->delimiter(',');
+  cmd->add_flag("--mtp", opts->mtp, "also write an MTP block");
+  cmd->add_option("--out", opts->out_dir, "output directory")->required();
+  cmd->callback([opts, &exit_code] {
+    std::string summary;
+    const Status st = make_model(*opts, &summary);
+    if (!st.is_ok()) {
+      fmt::print(stderr, "make-model: {}\n", st.to_string());
+      exit_code = 1;
+      return;
+    }
+    fmt::print("{}wrote {}\n", summary, opts->out_dir);
+  });
+}
+
 }  // namespace dsv4::cli

@@ -89,7 +89,7 @@ void attention_forward(const AttentionInputs& in, LayerState& st, int64_t p0, co
     rnd.apply(k, d);
     in.rope->rotate(k + d - r, long(p0 + t));
     rnd.apply(k + d - r, r);
-    if (rnd.bf16) fp8sim(k, d - r, 64);
+    if (in.numerics.fp8_kv) fp8sim(k, d - r, 64);
   }
 
   // Window buffer: the previous min(p0, W-1) tokens from the ring, then the chunk.
@@ -110,7 +110,7 @@ void attention_forward(const AttentionInputs& in, LayerState& st, int64_t p0, co
     std::vector<float> a(size_t(T * width)), z(size_t(T * width));
     linear(A.compressor.wkv, x, T, a.data());
     linear(A.compressor.wgate, x, T, z.data());
-    CompressorParams cp{&A.compressor, in.rope, r, eps, EntryQuant::kFp8Nope};
+    CompressorParams cp{&A.compressor, in.rope, r, eps, in.numerics.fp8_kv ? EntryQuant::kFp8Nope : EntryQuant::kNone};
     for (int64_t t = 0; t < T; ++t)
       compressor_push(cp, st.compressor, p0 + t, &a[size_t(t * width)], &z[size_t(t * width)], rnd);
   }
@@ -120,7 +120,8 @@ void attention_forward(const AttentionInputs& in, LayerState& st, int64_t p0, co
     std::vector<float> a(size_t(T * width)), z(size_t(T * width));
     linear(A.indexer.compressor.wkv, x, T, a.data());
     linear(A.indexer.compressor.wgate, x, T, z.data());
-    CompressorParams cp{&A.indexer.compressor, in.rope, r, eps, EntryQuant::kHadamardFp4};
+    CompressorParams cp{&A.indexer.compressor, in.rope, r, eps,
+                        in.numerics.fp4_indexer ? EntryQuant::kHadamardFp4 : EntryQuant::kNone};
     for (int64_t t = 0; t < T; ++t)
       compressor_push(cp, st.indexer, p0 + t, &a[size_t(t * width)], &z[size_t(t * width)], rnd);
     qi.resize(size_t(T * nI) * size_t(dI));
@@ -131,7 +132,7 @@ void attention_forward(const AttentionInputs& in, LayerState& st, int64_t p0, co
         float* qh = &qi[size_t((t * nI + h) * dI)];
         in.rope->rotate(qh + dI - r, long(p0 + t));
         rnd.apply(qh + dI - r, r);
-        if (rnd.bf16) {
+        if (in.numerics.fp4_indexer) {
           hadamard_bf16(qh, dI);
           fp4sim(qh, dI, 32);
         }

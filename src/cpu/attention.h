@@ -18,7 +18,7 @@ struct AttentionInputs {
   const ModelConfig* cfg = nullptr;
   const LayerWeights* w = nullptr;
   const Rope* rope = nullptr;  // the layer's rope: main for sliding layers, compress otherwise
-  Numerics numerics = Numerics::kFp32;
+  Numerics numerics;
 };
 
 // Optional per-token observations for tests and GPU comparisons.

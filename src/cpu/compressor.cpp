@@ -34,7 +34,6 @@ void compressor_finish_entry(const CompressorParams& p, int64_t window_idx, int 
   rnd.apply(C, dc);
   p.rope->rotate(C + dc - p.rope_dim, long(window_idx) * ratio);
   rnd.apply(C, dc);
-  if (!rnd.bf16) return;
   switch (p.quant) {
     case EntryQuant::kNone: break;
     case EntryQuant::kFp8Nope: fp8sim(C, dc - p.rope_dim, 64); break;

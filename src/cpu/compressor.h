@@ -21,7 +21,7 @@ struct CompressorParams {
   const Rope* rope = nullptr;  // the layer's compress rope
   int rope_dim = 0;
   float norm_eps = 1e-6f;
-  EntryQuant quant = EntryQuant::kNone;  // applied in bf16 mode only
+  EntryQuant quant = EntryQuant::kNone;
 };
 
 // Feeds the projections of the token at `pos`: a, z are fp32 [coff * Dc] (z without ape).

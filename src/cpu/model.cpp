@@ -11,12 +11,10 @@
 
 namespace dsv4::cpu {
 
-const char* numerics_name(Numerics n) {
-  switch (n) {
-    case Numerics::kFp32: return "fp32";
-    case Numerics::kBf16: return "bf16";
-  }
-  return "?";
+std::string Numerics::name() const {
+  if (*this == fp32()) return "fp32";
+  if (*this == bf16_gpu()) return "bf16";
+  return std::string(bf16 ? "bf16-rounding" : "fp32") + (fp8_kv ? "+fp8-kv" : "") + (fp4_indexer ? "+fp4-indexer" : "");
 }
 
 CpuModel::CpuModel(const ModelConfig& cfg, const ModelWeights& w, Numerics numerics)
@@ -33,7 +31,7 @@ std::unique_ptr<SequenceState> CpuModel::new_sequence() const {
 }
 
 void CpuModel::block(const LayerWeights& lw, const Rope& rope, LayerState& st, int64_t p0,
-                     std::span<const int32_t> tokens, float* X, AttentionTrace* trace) const {
+                     std::span<const int32_t> tokens, float* X, LayerTrace* trace) const {
   const Rounder rnd(numerics_);
   const int64_t T = int64_t(tokens.size());
   const int D = cfg_.hidden;
@@ -58,11 +56,13 @@ void CpuModel::block(const LayerWeights& lw, const Rope& rope, LayerState& st, i
 
   pre(lw.hc_attn, lw.attn_norm);
   AttentionInputs in{&cfg_, &lw, &rope, numerics_};
-  attention_forward(in, st, p0, x.data(), T, y.data(), trace);
+  attention_forward(in, st, p0, x.data(), T, y.data(), trace ? &trace->attention : nullptr);
   post();
 
   pre(lw.hc_ffn, lw.ffn_norm);
-  moe_forward(cfg_, lw.moe, lw.spec.moe, x.data(), tokens.data(), T, numerics_, y.data());
+  Routing routing;
+  moe_forward(cfg_, lw.moe, lw.spec.moe, x.data(), tokens.data(), T, numerics_, y.data(), trace ? &routing : nullptr);
+  if (trace) trace->experts = std::move(routing.experts);
   post();
 }
 

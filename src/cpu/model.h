@@ -20,8 +20,13 @@ namespace dsv4::cpu {
 
 enum class LogitsRows { kAll, kLast, kNone };
 
+// Discrete choices made by each layer, for tests and GPU comparisons.
+struct LayerTrace {
+  AttentionTrace attention;
+  std::vector<int32_t> experts;  // [T, top_k] routed experts per token
+};
 struct ForwardTrace {
-  std::vector<AttentionTrace> layers;  // [n_layers], filled when requested
+  std::vector<LayerTrace> layers;  // [n_layers], filled when requested
 };
 
 class CpuModel {
@@ -46,7 +51,7 @@ class CpuModel {
 
  private:
   void block(const LayerWeights& lw, const Rope& rope, LayerState& st, int64_t p0, std::span<const int32_t> tokens,
-             float* X, AttentionTrace* trace) const;
+             float* X, LayerTrace* trace) const;
   void head_logits(const HcParams& hc, const Vec& norm, const float* X, int64_t n_rows, float* logits) const;
 
   const ModelConfig& cfg_;

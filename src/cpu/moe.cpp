@@ -46,7 +46,7 @@ namespace {
 // out [n, D] = W2 . act, act = silu(min(W1 x, L)) * clamp(W3 x, -L, L) * weight (weight applied
 // before W2 in bf16 mode as the official code does, after it in fp32 mode as HF does).
 void expert_forward(const ModelConfig& cfg, const ExpertWeights& ew, const float* x, int64_t n,
-                    const float* row_weight, Numerics numerics, float* out) {
+                    const float* row_weight, const Numerics& numerics, float* out) {
   const Rounder rnd(numerics);
   const int I = cfg.moe_inter, D = cfg.hidden;
   const float limit = float(cfg.swiglu_limit);
@@ -62,13 +62,13 @@ void expert_forward(const ModelConfig& cfg, const ExpertWeights& ew, const float
         uv = std::fmin(std::fmax(uv, -limit), limit);
       }
       float a = gv * sigmoid(gv) * uv;
-      if (numerics == Numerics::kBf16) a *= wt;
+      if (numerics.bf16) a *= wt;
       g[size_t(t * I + i)] = rnd(a);
     }
   }
   linear(ew.w2, g.data(), n, out);
   for (int64_t t = 0; t < n; ++t) {
-    const float wt = (row_weight && numerics == Numerics::kFp32) ? row_weight[t] : 1.0f;
+    const float wt = (row_weight && !numerics.bf16) ? row_weight[t] : 1.0f;
     for (int i = 0; i < D; ++i) out[size_t(t * D + i)] = rnd(out[size_t(t * D + i)]) * wt;
   }
 }
@@ -76,7 +76,7 @@ void expert_forward(const ModelConfig& cfg, const ExpertWeights& ew, const float
 }  // namespace
 
 void moe_forward(const ModelConfig& cfg, const MoeWeights& w, MoeType type, const float* x, const int32_t* tokens,
-                 int64_t T, Numerics numerics, float* y, Routing* routing_out) {
+                 int64_t T, const Numerics& numerics, float* y, Routing* routing_out) {
   const int E = cfg.n_routed_experts, K = cfg.n_experts_per_tok, D = cfg.hidden;
   const Rounder rnd(numerics);
   Routing r = route(cfg, w, type, x, tokens, T);

@@ -22,6 +22,6 @@ Routing route(const ModelConfig& cfg, const MoeWeights& w, MoeType type, const f
 
 // y fp32 [T, D] = sum over selected experts (increasing index) + shared expert, rounded by mode.
 void moe_forward(const ModelConfig& cfg, const MoeWeights& w, MoeType type, const float* x, const int32_t* tokens,
-                 int64_t T, Numerics numerics, float* y, Routing* routing_out = nullptr);
+                 int64_t T, const Numerics& numerics, float* y, Routing* routing_out = nullptr);
 
 }  // namespace dsv4::cpu

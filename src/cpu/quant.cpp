@@ -1,6 +1,7 @@
 // quant.cpp: scalar implementations of the reference quantization steps.
 #include "cpu/quant.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/check.h"
@@ -9,16 +10,16 @@
 namespace dsv4::cpu {
 
 void fp8sim(float* x, int n, int block, int8_t* scale_exp) {
-  DSV4_CHECK(n % block == 0, "fp8sim: n={} is not a multiple of block={}", n, block);
   const float inv_max = 1.0f / kE4M3Max;  // the reference multiplies by an fp32 constant
-  for (int b = 0; b < n / block; ++b) {
+  for (int b = 0; b * block < n; ++b) {
     float* v = x + b * block;
+    const int len = std::min(block, n - b * block);
     float amax = 0.0f;
-    for (int i = 0; i < block; ++i) amax = std::fmax(amax, std::fabs(v[i]));
+    for (int i = 0; i < len; ++i) amax = std::fmax(amax, std::fabs(v[i]));
     amax = std::fmax(amax, 1e-4f);
     const int e = ceil_log2_bits(amax * inv_max);
     const float s = std::ldexp(1.0f, e);
-    for (int i = 0; i < block; ++i) {
+    for (int i = 0; i < len; ++i) {
       float q = v[i] / s;
       q = std::fmin(std::fmax(q, -kE4M3Max), kE4M3Max);
       v[i] = round_e4m3(q) * s;
@@ -28,17 +29,17 @@ void fp8sim(float* x, int n, int block, int8_t* scale_exp) {
 }
 
 void fp4sim(float* x, int n, int block, int8_t* scale_exp) {
-  DSV4_CHECK(n % block == 0, "fp4sim: n={} is not a multiple of block={}", n, block);
   const float inv_max = 1.0f / kE2M1Max;
   const float amax_min = 6.0f * std::ldexp(1.0f, -126);
-  for (int b = 0; b < n / block; ++b) {
+  for (int b = 0; b * block < n; ++b) {
     float* v = x + b * block;
+    const int len = std::min(block, n - b * block);
     float amax = 0.0f;
-    for (int i = 0; i < block; ++i) amax = std::fmax(amax, std::fabs(v[i]));
+    for (int i = 0; i < len; ++i) amax = std::fmax(amax, std::fabs(v[i]));
     amax = std::fmax(amax, amax_min);
     const int e = ceil_log2_bits(amax * inv_max);
     const float s = std::ldexp(1.0f, e);
-    for (int i = 0; i < block; ++i) {
+    for (int i = 0; i < len; ++i) {
       float q = v[i] / s;
       q = std::fmin(std::fmax(q, -kE2M1Max), kE2M1Max);
       v[i] = round_e2m1(q) * s;
