@@ -26,6 +26,7 @@
 #include "cuda/common/arch.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/moe/moe.h"
+#include "cuda/testing/bandwidth.h"
 #include "cuda/testing/random_gptq.h"
 #include "cuda/w4a16/w4a16.h"
 
@@ -43,6 +44,9 @@ using json = nlohmann::json;
 
 namespace {
 
+// --profile: every measured call runs once, eagerly, with one weight set: for ncu.
+bool g_profile = false;
+
 DeviceBuffer alloc(size_t bytes) {
   auto r = DeviceBuffer::create(bytes);
   DSV4_CHECK(r.is_ok(), "{}", r.status().to_string());
@@ -56,6 +60,11 @@ double median(std::vector<double> v) {
 
 // Median time of one call in microseconds: `body(i)` for i = 0..calls-1 captured in one graph.
 double time_graph(cudaStream_t s, int calls, const std::function<void(int)>& body, int reps = 15) {
+  if (g_profile) {
+    body(0);
+    CK(cudaStreamSynchronize(s));
+    return 1.0;
+  }
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -89,7 +98,9 @@ struct Shape {
   int n, k;
 };
 
-int sets_for(size_t bytes, size_t l2) { return int(std::clamp<size_t>((3 * l2 + bytes - 1) / bytes, 2, 256)); }
+int sets_for(size_t bytes, size_t l2) {
+  return g_profile ? 1 : int(std::clamp<size_t>((3 * l2 + bytes - 1) / bytes, 2, 256));
+}
 
 struct Ctx {
   cudaStream_t s;
@@ -100,14 +111,33 @@ struct Ctx {
   DeviceBuffer blas_ws;
 };
 
-double measure_copy_bandwidth(Ctx& c) {
+struct Ceilings {
+  double copy_memcpy_gbs = 0, copy_kernel_gbs = 0, read_kernel_gbs = 0;
+  double copy_gbs() const { return std::max(copy_memcpy_gbs, copy_kernel_gbs); }
+};
+
+// Copy bandwidth (bytes read + written) of a 1 GiB device copy, by cudaMemcpyAsync and by a
+// streaming kernel, and the read-only bandwidth of a streaming sum; after a warm-up that brings
+// the clocks up. The benchmark compares against the larger copy figure.
+Ceilings measure_ceilings(Ctx& c) {
   const size_t bytes = size_t(1) << 30;
-  DeviceBuffer a = alloc(bytes), b = alloc(bytes);
+  DeviceBuffer a = alloc(bytes), b = alloc(bytes), sink = alloc(4096 * 4);
   CK(cudaMemset(a.get(), 1, bytes));
-  const double us = time_graph(c.s, 4, [&](int i) {
+  CK(cudaMemset(b.get(), 2, bytes));
+  for (int i = 0; i < 40; ++i) CKS(testing::stream_copy(b.get(), a.get(), bytes, c.s));  // ~0.5 s warm-up
+  CK(cudaStreamSynchronize(c.s));
+  Ceilings r;
+  double us = time_graph(c.s, 4, [&](int i) {
     CK(cudaMemcpyAsync(i % 2 ? a.get() : b.get(), i % 2 ? b.get() : a.get(), bytes, cudaMemcpyDeviceToDevice, c.s));
   });
-  return 2.0 * double(bytes) / (us * 1e-6) / 1e9;  // read + write
+  r.copy_memcpy_gbs = 2.0 * double(bytes) / (us * 1e-6) / 1e9;
+  us = time_graph(c.s, 4, [&](int i) {
+    CKS(testing::stream_copy(i % 2 ? a.get() : b.get(), i % 2 ? b.get() : a.get(), bytes, c.s));
+  });
+  r.copy_kernel_gbs = 2.0 * double(bytes) / (us * 1e-6) / 1e9;
+  us = time_graph(c.s, 4, [&](int i) { CKS(testing::stream_read(i % 2 ? a.get() : b.get(), bytes, sink.as<float>(), c.s)); });
+  r.read_kernel_gbs = double(bytes) / (us * 1e-6) / 1e9;
+  return r;
 }
 
 // cuBLAS BF16: y[M, N] = x[M, K] . W[N, K]^T, fp32 accumulation, bf16 out.
@@ -190,7 +220,8 @@ json bench_dense(Ctx& c, const Shape& sh, const std::vector<int>& ms) {
 }
 
 json bench_moe(Ctx& c, const std::vector<int>& ms) {
-  constexpr int H = 4096, I = 2048, E = 256, K = 6, kLayers = 2, kInputs = 8;
+  constexpr int H = 4096, I = 2048, E = 256, K = 6;
+  const int kLayers = g_profile ? 1 : 2, kInputs = g_profile ? 1 : 8;
   const size_t q13 = w4a16_qweight_bytes(2 * I, H), s13 = w4a16_scales_bytes(2 * I, H);
   const size_t q2 = w4a16_qweight_bytes(H, I), s2 = w4a16_scales_bytes(H, I);
   const double expert_bytes = double(q13 + s13 + q2 + s2);
@@ -221,12 +252,12 @@ json bench_moe(Ctx& c, const std::vector<int>& ms) {
         uint32_t* a2 = sh ? L.sh2q.as<uint32_t>() : L.w2q.as<uint32_t>() + e * (q2 / 4);
         __half* b2 = sh ? L.sh2s.as<__half>() : L.w2s.as<__half>() + e * (s2 / 2);
         for (int slot = 0; slot < 2; ++slot) {
-          CKS(testing::fill_random_gptq(gq.as<int32_t>(), gs.as<__half>(), I, H, 1u << 20 | (l * 1024 + e) * 4 + slot,
+          CKS(testing::fill_random_gptq(gq.as<int32_t>(), gs.as<__half>(), I, H, (1u << 20) | uint64_t((l * 1024 + e) * 4 + slot),
                                         testing::ScaleSpec{}, c.s));
           CKS(repack_gptq_int4(GptqInt4Tensor{gq.as<int32_t>(), gs.as<__half>(), I, H}, a13, b13, 2 * I,
                                RepackPlacement::gate_up(slot), c.s));
         }
-        CKS(testing::fill_random_gptq(gq.as<int32_t>(), gs.as<__half>(), H, I, 1u << 20 | (l * 1024 + e) * 4 + 2,
+        CKS(testing::fill_random_gptq(gq.as<int32_t>(), gs.as<__half>(), H, I, (1u << 20) | uint64_t((l * 1024 + e) * 4 + 2),
                                       testing::ScaleSpec{}, c.s));
         CKS(repack_gptq_int4(GptqInt4Tensor{gq.as<int32_t>(), gs.as<__half>(), H, I}, a2, b2, H,
                              RepackPlacement::concat(0), c.s));
@@ -321,10 +352,11 @@ int main(int argc, char** argv) {
     else if (a == "--commit" && i + 1 < argc) commit = argv[++i];
     else if (a == "--command" && i + 1 < argc) command = argv[++i];
     else if (a == "--quick") quick = true;
+    else if (a == "--profile") g_profile = quick = true;
     else if (a == "--no-moe") moe = false;
     else if (a == "--no-dense") dense = false;
     else {
-      std::fprintf(stderr, "usage: %s [--out FILE] [--commit SHA] [--command STR] [--quick] [--no-moe] [--no-dense]\n",
+      std::fprintf(stderr, "usage: %s [--out FILE] [--commit SHA] [--command STR] [--quick] [--profile] [--no-moe] [--no-dense]\n",
                    argv[0]);
       return 2;
     }
@@ -345,9 +377,12 @@ int main(int argc, char** argv) {
   CKS(ws.status());
   c.ws = std::move(ws).value();
 
-  c.copy_gbs = measure_copy_bandwidth(c);
-  std::printf("GPU %s (%d SMs, L2 %zu MB), copy bandwidth %.0f GB/s (read + write)\n", c.dev->name, c.dev->n_sms,
-              c.dev->l2_bytes >> 20, c.copy_gbs);
+  const Ceilings ceil0 = g_profile ? Ceilings{1, 1, 1} : measure_ceilings(c);
+  c.copy_gbs = ceil0.copy_gbs();
+  std::printf("GPU %s (%d SMs, L2 %zu MB): copy bandwidth (read + write) memcpy %.0f GB/s, kernel %.0f GB/s; "
+              "read-only %.0f GB/s\n",
+              c.dev->name, c.dev->n_sms, c.dev->l2_bytes >> 20, ceil0.copy_memcpy_gbs, ceil0.copy_kernel_gbs,
+              ceil0.read_kernel_gbs);
 
   const std::vector<Shape> shapes = {{"wq_a", 1024, 4096},   {"wq_b", 32768, 1024}, {"wkv", 512, 4096},
                                      {"wo_b", 4096, 8192},   {"idx_wq_b", 8192, 1024}, {"w1_w3", 2048, 4096},
@@ -356,10 +391,14 @@ int main(int argc, char** argv) {
                                     : std::vector<int>{1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096};
   json dense_rows = json::array(), moe_rows = json::array();
   if (dense)
-    for (const Shape& sh : shapes)
+    for (const Shape& sh : shapes) {
+      if (g_profile && sh.name != "wq_b" && sh.name != "wo_b") continue;
       for (auto& r : bench_dense(c, sh, ms)) dense_rows.push_back(r);
+    }
   if (moe) moe_rows = bench_moe(c, quick ? std::vector<int>{1, 16, 4096} : std::vector<int>{1, 2, 4, 8, 16, 32, 64, 512, 4096});
 
+  const Ceilings ceil1 = g_profile ? ceil0 : measure_ceilings(c);  // again at the end: the clocks did not drift
+  std::printf("copy bandwidth at the end: %.0f GB/s\n", ceil1.copy_gbs());
   char date[64];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
@@ -378,8 +417,13 @@ int main(int argc, char** argv) {
             {"command", command},
             {"method",
              "CUDA graph of L calls rotating over weight sets > 3x L2, 15 replays after 2 warm-up, median / L; "
-             "copy bandwidth = 2 x bytes of a 1 GiB device-to-device copy / time"},
+             "copy bandwidth = 2 x bytes / time of a 1 GiB device-to-device copy (the faster of cudaMemcpyAsync "
+             "and a streaming kernel, after a warm-up)"},
             {"copy_gbs", c.copy_gbs},
+            {"copy_memcpy_gbs", ceil0.copy_memcpy_gbs},
+            {"copy_kernel_gbs", ceil0.copy_kernel_gbs},
+            {"read_kernel_gbs", ceil0.read_kernel_gbs},
+            {"copy_gbs_end", ceil1.copy_gbs()},
             {"dense", dense_rows},
             {"moe", moe_rows}};
   std::ofstream(out) << j.dump(1) << "\n";

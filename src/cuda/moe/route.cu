@@ -16,6 +16,7 @@ namespace dsv4::cuda::moe_detail {
 namespace {
 
 constexpr int kThreads = 256;
+static_assert(kThreads == kRouterExperts, "the grouping scan gives each thread one expert");
 constexpr int kShared = kRouterExperts;  // expert id of the shared expert in tiles
 
 __device__ __forceinline__ void unpack8(const uint4 v, float (&f)[8]) {
@@ -134,16 +135,39 @@ __device__ void group_pairs(const RouteKernelArgs& p) {
   __syncthreads();
   for (int i = tid; i < n_pairs; i += kThreads) atomicAdd(&s_cnt[__ldcg(&p.topk_ids[i])], 1);
   __syncthreads();
-  if (tid == 0) {
-    s_cnt[kShared] = m;
-    int off = 0, toff = 0;
-    for (int e = 0; e <= kRouterExperts; ++e) {
-      s_off[e] = off;
-      s_toff[e] = toff;
-      off += s_cnt[e];
-      toff += (s_cnt[e] + bm - 1) / bm;
+  {
+    // Exclusive scan of (pairs, tiles) over the 256 routed experts, one expert per thread;
+    // the shared expert (id 256) comes last with every token.
+    __shared__ int s_wsum[2][kThreads / 32];
+    const int lane = tid & 31, warp = tid >> 5;
+    const int cnt = s_cnt[tid], tl = (cnt + bm - 1) / bm;
+    int a = cnt, b = tl;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int ua = __shfl_up_sync(0xffffffffu, a, off), ub = __shfl_up_sync(0xffffffffu, b, off);
+      if (lane >= off) {
+        a += ua;
+        b += ub;
+      }
     }
-    *p.n_tiles = toff;
+    if (lane == 31) {
+      s_wsum[0][warp] = a;
+      s_wsum[1][warp] = b;
+    }
+    __syncthreads();
+    int wa = 0, wb = 0;
+    for (int w = 0; w < warp; ++w) {
+      wa += s_wsum[0][w];
+      wb += s_wsum[1][w];
+    }
+    s_off[tid] = wa + a - cnt;
+    s_toff[tid] = wb + b - tl;
+    if (tid == kThreads - 1) {
+      s_off[kShared] = wa + a;
+      s_toff[kShared] = wb + b;
+      s_cnt[kShared] = m;
+      *p.n_tiles = wb + b + (m + bm - 1) / bm;
+    }
   }
   __syncthreads();
   for (int e = tid; e <= kRouterExperts; e += kThreads) {
@@ -178,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int tok0 = blockIdx.x * TM;
   const int n_tok = min(TM, p.m - tok0);
-  const int cpr = p.hidden / 8;  // 16-byte chunks per row
+  constexpr int cpr = kRouterHidden / 8;  // 16-byte chunks per row
 
   for (int i = tid; i < TM * cpr; i += kThreads) {
     const int t = i / cpr, c = i % cpr;
@@ -194,18 +218,26 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
   for (int t = 0; t < TM; ++t)
 #pragma unroll
     for (int j = 0; j < EPW; ++j) acc[t][j] = 0.0f;
-  for (int c = lane; c < cpr; c += 32) {
-    float xv[TM][8];
+  // Each lane owns chunks lane + 32 i of every row; all of a row's loads are issued up front
+  // (decode is one DRAM round trip per warp, not sixteen).
+  constexpr int kPerLane = kRouterHidden / 8 / 32;
 #pragma unroll
-    for (int t = 0; t < TM; ++t) unpack8(xs[t * cpr + c], xv[t]);
+  for (int j = 0; j < EPW; ++j) {
+    uint4 wv[kPerLane];
+    const uint4* wrow = reinterpret_cast<const uint4*>(p.gate_w + int64_t(e0 + j) * kRouterHidden);
 #pragma unroll
-    for (int j = 0; j < EPW; ++j) {
-      float wv[8];
-      unpack8(__ldg(reinterpret_cast<const uint4*>(p.gate_w + int64_t(e0 + j) * p.hidden) + c), wv);
+    for (int i = 0; i < kPerLane; ++i) wv[i] = __ldg(wrow + lane + 32 * i);
 #pragma unroll
-      for (int t = 0; t < TM; ++t)
+    for (int i = 0; i < kPerLane; ++i) {
+      float wf[8];
+      unpack8(wv[i], wf);
 #pragma unroll
-        for (int u = 0; u < 8; ++u) acc[t][j] = fmaf(xv[t][u], wv[u], acc[t][j]);
+      for (int t = 0; t < TM; ++t) {
+        float xv[8];
+        unpack8(xs[t * cpr + lane + 32 * i], xv);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) acc[t][j] = fmaf(xv[u], wf[u], acc[t][j]);
+      }
     }
   }
 #pragma unroll
@@ -249,7 +281,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
 template <int TM, int EPW>
 Status launch_variant(const RouteKernelArgs& p, cudaStream_t stream) {
   static_assert(TM <= 8, "one warp per token in the selection step");
-  const int smem = TM * p.hidden * 2;
+  const int smem = TM * kRouterHidden * 2;
   auto* kernel = &moe_route_kernel<TM, EPW>;
   if (smem > 48 * 1024) {
     // Once per device: the attribute is a property of the function on that device.
@@ -271,8 +303,7 @@ Status launch_variant(const RouteKernelArgs& p, cudaStream_t stream) {
 }  // namespace
 
 Status launch_moe_route(const RouteKernelArgs& p, cudaStream_t stream) {
-  if (p.hidden % 256 != 0 || p.hidden > 8192)
-    return invalid_argument("moe router: hidden {} must be a multiple of 256 and at most 8192", p.hidden);
+  if (p.hidden != kRouterHidden) return invalid_argument("moe router: hidden {} != {}", p.hidden, kRouterHidden);
   if (p.top_k < 1 || p.top_k > 8) return invalid_argument("moe router: top_k {} not in 1..8", p.top_k);
   // Decode batches: one token per block and 32 blocks per token, so the 2 MB router weight is
   // streamed by many SMs. Prefill: 8 tokens per block reuse each weight load 8 times.

@@ -13,6 +13,7 @@
 namespace dsv4::cuda::moe_detail {
 
 inline constexpr int kRouterExperts = 256;  // 8 experts per lane in the top-k warp
+inline constexpr int kRouterHidden = 4096;  // the router loops are unrolled for Flash's hidden size
 
 struct RouteKernelArgs {
   const __nv_bfloat16* x = nullptr;  // bf16 [M, hidden]

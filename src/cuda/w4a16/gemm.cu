@@ -56,8 +56,9 @@ GemmConfig choose_gemm_config(int rows_hint) {
 int choose_splits(int base_blocks, int kg, const GemmConfigInfo& ci, const DeviceInfo& dev,
                   size_t partial_floats, int n_counters) {
   const int resident = dev.n_sms * ci.blocks_per_sm;
-  if (base_blocks <= 0 || base_blocks > n_counters) return 1;
-  int s = std::min(resident / base_blocks, kg);
+  if (!ci.split_k || base_blocks <= 0 || base_blocks > n_counters) return 1;
+  // At least two groups per split: a one-group block is all prologue and epilogue.
+  int s = std::min(resident / base_blocks, std::max(kg / 2, 1));
   const size_t tile_floats = size_t(ci.block_m) * ci.block_n;
   const size_t fit = partial_floats / (size_t(base_blocks) * tile_floats);
   s = int(std::min<size_t>(size_t(std::max(s, 1)), fit));

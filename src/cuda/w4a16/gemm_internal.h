@@ -57,7 +57,7 @@ struct GemmKernelArgs {
 // Kernel configurations, smallest block rows first. A configuration is a block tile of
 // BM x BN (BN = 64 * warps along N) with warps along M, N and K and a cp.async pipeline.
 enum class GemmConfig : int {
-  kM16 = 0,   // decode: BM 16, BN 128, 4 warps (2 along N, 2 split K), BK 128, 4 stages
+  kM16 = 0,   // decode: BM 16, BN 128, 2 warps (along N), BK 128, 3 stages
   kM32 = 1,   // BM 32, otherwise as kM16
   kM64 = 2,   // BM 64, BN 256, 8 warps (2 x 4), BK 64, 4 stages
   kM128 = 3,  // prefill: BM 128, BN 256, 8 warps (2 x 4), warp tile 64 x 64, BK 64, 4 stages
@@ -68,6 +68,7 @@ struct GemmConfigInfo {
   int block_m = 0, block_n = 0, threads = 0;
   int smem_bytes = 0;     // dynamic shared memory per block
   int blocks_per_sm = 0;  // occupancy on the current device (0: does not fit)
+  bool split_k = false;   // the fp32 tile fits in smem, so split-K is available
 };
 
 // Per-configuration entry points (gemm_cfg_*.cu). query() sets the shared-memory attribute and

@@ -119,6 +119,7 @@ struct GemmTraits {
   static constexpr int kPipeBytes = kStageBytes * STAGES;
   static constexpr int kRedBytes = (WK - 1) * WM * WN * 32 * FM * 32 * 4;
   static constexpr int kSmemBytes = kPipeBytes > kRedBytes ? kPipeBytes : kRedBytes;
+  static constexpr bool kSplitKFits = kBM * kBN * 4 <= kSmemBytes;  // fp32 tile for the reduction
   static constexpr int kChunksPerRow = BK / 8;        // 16-byte chunks of one A row per stage
   static constexpr int kAPerThread = kBM * kChunksPerRow / kThreads;
   static constexpr int kBPerThread = WN * kKS * 32 / kThreads;
@@ -212,12 +213,20 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
   }
 
   const uint32_t smem_base = smem_u32(smem);
+  // Rows past the tile's valid rows never receive data: zero them once in every stage slot
+  // (decode tiles have 1-2 valid rows out of 16) instead of zero-filling them every stage.
+#pragma unroll
+  for (int j = 0; j < T::kAPerThread; ++j)
+    if (a_src[j] == nullptr)
+#pragma unroll
+      for (int st = 0; st < STAGES; ++st)
+        *reinterpret_cast<uint4*>(smem + st * T::kStageBytes + a_dst[j]) = make_uint4(0, 0, 0, 0);
   auto load_stage = [&](int st) {
     const uint32_t base = smem_base + (st % STAGES) * T::kStageBytes;
     const int kk = k_begin + st * BK;
 #pragma unroll
     for (int j = 0; j < T::kAPerThread; ++j)
-      cp_async16(base + a_dst[j], a_src[j] != nullptr ? a_src[j] + kk : p.a, a_src[j] != nullptr);
+      if (a_src[j] != nullptr) cp_async16(base + a_dst[j], a_src[j] + kk, true);
 #pragma unroll
     for (int j = 0; j < T::kBPerThread; ++j) cp_async16(base + b_dst[j], b_src[j] + st * (T::kKS * 32), b_ok[j]);
     if (tid < T::kSChunks) cp_async16(base + s_dst, s_src + (s_ok ? (kk >> 7) * 64 : 0), s_ok);
@@ -395,15 +404,40 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    if (active) {
+    if constexpr (T::kSplitKFits) {
+      // All threads add the partials (loads of 4 splits in flight at a time, always summed in
+      // split order), into an fp32 tile in smem; the fragment owners pick their values up.
+      float* tile = reinterpret_cast<float*>(smem);
+      constexpr int kC4 = T::kBN / 4;
+      for (int idx = tid; idx < rows * kC4; idx += T::kThreads) {
+        const int r = idx / kC4, c4 = idx % kC4;
+        const float4* src = reinterpret_cast<const float4*>(part + r * T::kBN) + c4;
+        constexpr int64_t kStride = T::kBM * T::kBN / 4;
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        int sp = 0;
+        for (; sp + 4 <= p.splits; sp += 4) {
+          float4 v[4];
 #pragma unroll
-      for (int f = 0; f < FM; ++f)
+          for (int u = 0; u < 4; ++u) v[u] = __ldcg(src + (sp + u) * kStride);
 #pragma unroll
-        for (int s = 0; s < 8; ++s)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) acc[f][s][i] = 0.0f;
-      for (int sp = 0; sp < p.splits; ++sp) {
-        const float* src = part + int64_t(sp) * (T::kBM * T::kBN);
+          for (int u = 0; u < 4; ++u) {
+            sum.x += v[u].x;
+            sum.y += v[u].y;
+            sum.z += v[u].z;
+            sum.w += v[u].w;
+          }
+        }
+        for (; sp < p.splits; ++sp) {
+          const float4 v = __ldcg(src + sp * kStride);
+          sum.x += v.x;
+          sum.y += v.y;
+          sum.z += v.z;
+          sum.w += v.w;
+        }
+        reinterpret_cast<float4*>(tile + r * T::kBN)[c4] = sum;
+      }
+      __syncthreads();
+      if (active) {
 #pragma unroll
         for (int f = 0; f < FM; ++f)
 #pragma unroll
@@ -412,13 +446,15 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
             if (row < rows) {
 #pragma unroll
               for (int s = 0; s < 8; ++s) {
-                const float2 v = __ldcg(reinterpret_cast<const float2*>(src + row * T::kBN + wn * 64 + s * 8 + 2 * q));
-                acc[f][s][2 * h] += v.x;
-                acc[f][s][2 * h + 1] += v.y;
+                const float2 v = *reinterpret_cast<const float2*>(tile + row * T::kBN + wn * 64 + s * 8 + 2 * q);
+                acc[f][s][2 * h] = v.x;
+                acc[f][s][2 * h + 1] = v.y;
               }
             }
           }
       }
+    } else {
+      __trap();  // the launcher never splits K for configurations whose tile does not fit in smem
     }
   }
 
@@ -529,7 +565,7 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     DSV4_RETURN_IF_ERROR(cuda_status(                                                                \
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, T::kThreads, T::kSmemBytes), \
         "cudaOccupancyMaxActiveBlocksPerMultiprocessor(" #name ")"));                                \
-    *info = GemmConfigInfo{T::kBM, T::kBN, T::kThreads, T::kSmemBytes, blocks};                      \
+    *info = GemmConfigInfo{T::kBM, T::kBN, T::kThreads, T::kSmemBytes, blocks, T::kSplitKFits};                      \
     return Status::ok();                                                                             \
   }                                                                                                  \
   Status launch_gemm_##name(const GemmKernelArgs& args, dim3 grid, cudaStream_t stream) {           \
