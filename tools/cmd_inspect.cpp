@@ -2,53 +2,14 @@
 // layer type, bytes by format, and the full validation result (exit code 0 valid, 1 invalid).
 #include <fmt/format.h>
 
-#include <map>
-
 #include "model/config.h"
+#include "model/inventory.h"
 #include "model/weights.h"
 #include "tools/commands.h"
 
 namespace dsv4::cli {
 
 namespace {
-
-struct Tally {
-  int64_t count = 0;
-  size_t bytes = 0;
-};
-
-void add_linear(std::map<std::string, Tally>& by_format, std::map<std::string, Tally>& by_kind, const std::string& kind,
-                const LinearWeight& w) {
-  if (!w.valid()) return;
-  auto& f = by_format[weight_format_name(w.format)];
-  f.count += 1;
-  f.bytes += w.n_bytes();
-  auto& k = by_kind[kind];
-  k.count += 1;
-  k.bytes += w.n_bytes();
-}
-
-void add_layer(std::map<std::string, Tally>& by_format, std::map<std::string, Tally>& by_kind, const LayerWeights& L,
-               const std::string& tag) {
-  const AttentionWeights& A = L.attn;
-  for (const LinearWeight* w : {&A.wq_a, &A.wq_b, &A.wkv, &A.wo_a, &A.wo_b})
-    add_linear(by_format, by_kind, tag + " attention", *w);
-  if (A.has_compressor) {
-    add_linear(by_format, by_kind, tag + " compressor", A.compressor.wkv);
-    add_linear(by_format, by_kind, tag + " compressor", A.compressor.wgate);
-  }
-  if (A.has_indexer) {
-    for (const LinearWeight* w : {&A.indexer.wq_b, &A.indexer.weights_proj, &A.indexer.compressor.wkv,
-                                  &A.indexer.compressor.wgate})
-      add_linear(by_format, by_kind, tag + " indexer", *w);
-  }
-  add_linear(by_format, by_kind, tag + " router", L.moe.gate);
-  for (const ExpertWeights& e : L.moe.experts)
-    for (const LinearWeight* w : {&e.w1, &e.w3, &e.w2}) add_linear(by_format, by_kind, tag + " routed experts", *w);
-  if (L.moe.has_shared)
-    for (const LinearWeight* w : {&L.moe.shared.w1, &L.moe.shared.w3, &L.moe.shared.w2})
-      add_linear(by_format, by_kind, tag + " shared expert", *w);
-}
 
 int run_inspect(const std::string& dir) {
   auto cfg = ModelConfig::load(dir);
@@ -63,25 +24,16 @@ int run_inspect(const std::string& dir) {
     return 1;
   }
   const TensorStore& store = *(*w)->store;
-  std::map<std::string, Tally> by_dtype;
-  for (const auto& [name, t] : store.tensors()) {
-    auto& d = by_dtype[dtype_name(t.dtype)];
-    d.count += 1;
-    d.bytes += t.n_bytes;
-  }
-  std::map<std::string, Tally> by_format, by_kind;
-  for (const LayerWeights& L : (*w)->layers) add_layer(by_format, by_kind, L, attn_type_name(L.spec.attn));
-  if ((*w)->has_mtp) add_layer(by_format, by_kind, (*w)->mtp.layer, "mtp");
-  add_linear(by_format, by_kind, "head", (*w)->head);
+  const Inventory inv = take_inventory(**w);
 
   fmt::print("\n== files: {} ({} tensors, {} bytes of tensor data)\n", store.files().size(), store.tensors().size(),
              store.total_bytes());
   fmt::print("\n== tensors by dtype\n");
-  for (const auto& [k, v] : by_dtype) fmt::print("  {:<10} {:>8} tensors {:>16} bytes\n", k, v.count, v.bytes);
+  for (const auto& [k, v] : inv.by_dtype) fmt::print("  {:<10} {:>8} tensors {:>16} bytes\n", k, v.count, v.bytes);
   fmt::print("\n== linear weights by format\n");
-  for (const auto& [k, v] : by_format) fmt::print("  {:<10} {:>8} linears {:>16} bytes\n", k, v.count, v.bytes);
+  for (const auto& [k, v] : inv.by_format) fmt::print("  {:<10} {:>8} linears {:>16} bytes\n", k, v.count, v.bytes);
   fmt::print("\n== linear weights by layer type and role\n");
-  for (const auto& [k, v] : by_kind) fmt::print("  {:<28} {:>8} linears {:>16} bytes\n", k, v.count, v.bytes);
+  for (const auto& [k, v] : inv.by_role) fmt::print("  {:<28} {:>8} linears {:>16} bytes\n", k, v.count, v.bytes);
   fmt::print("\n  embedding {} {} bytes; MTP block {}\n", dtype_name((*w)->embed->dtype), (*w)->embed->n_bytes,
              (*w)->has_mtp ? "present" : "absent");
   fmt::print("\nVALID: every tensor matches the config\n");

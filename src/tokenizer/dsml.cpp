@@ -118,7 +118,10 @@ Status DsmlBlockParser::step(std::vector<ParsedToolCall>* calls, bool* progresse
       std::string_view unit(buf_.data(), pos);
       size_t k = 0;
       while (k < unit.size() && is_space(unit[k])) ++k;
-      const std::string_view head = unit.substr(k);
+      std::string_view head = unit.substr(k);
+      // The reference encoder writes an invoke without parameters as `name="f">\n\n</...`, and
+      // the reference parser's `">\n$` accepts that extra newline; so do we.
+      if (head.ends_with("\">\n\n")) head.remove_suffix(1);
       constexpr std::string_view kNameOpen = "name=\"";
       constexpr std::string_view kNameClose = "\">\n";
       if (head.size() < kNameOpen.size() + kNameClose.size() || !head.starts_with(kNameOpen) ||

@@ -34,8 +34,9 @@ struct Hit {
   const MarkerDef* def = nullptr;  // null: only a possible start (wait for more text)
 };
 
-// The earliest position holding a complete marker or the start of one cut off by the end of s.
-Hit scan(std::string_view s) {
+// The earliest position holding a complete marker or (unless at_end: the stream is over) the
+// start of one cut off by the end of s.
+Hit scan(std::string_view s, bool at_end) {
   for (size_t p = 0; p < s.size(); ++p) {
     const char c = s[p];
     if (c != '<' && c != '\n' && c != '\xEF') continue;  // first bytes of the markers ('｜' = EF BD 9C)
@@ -43,7 +44,7 @@ Hit scan(std::string_view s) {
     for (const MarkerDef& m : kMarkers) {
       const std::string_view rest = s.substr(p);
       if (rest.starts_with(m.text)) return Hit{p, &m};
-      if (rest.size() < m.text.size() && m.text.starts_with(rest)) partial = true;
+      if (!at_end && rest.size() < m.text.size() && m.text.starts_with(rest)) partial = true;
     }
     if (partial) return Hit{p, nullptr};
   }
@@ -83,18 +84,18 @@ const char* marker_name(Marker m) {
 Status OutputParser::feed(std::string_view text, OutputDelta* delta) {
   if (!error_.is_ok()) return error_;
   pending_.append(text);
-  error_ = advance(delta);
+  error_ = advance(delta, /*at_end=*/false);
   return error_;
 }
 
-Status OutputParser::advance(OutputDelta* delta) {
+Status OutputParser::advance(OutputDelta* delta, bool at_end) {
   bool progressed = true;
   while (progressed) {
     progressed = false;
     switch (state_) {
       case OutputState::kReasoning:
       case OutputState::kContent:
-        DSV4_RETURN_IF_ERROR(run_markers(delta, &progressed));
+        DSV4_RETURN_IF_ERROR(run_markers(delta, at_end, &progressed));
         break;
       case OutputState::kToolCalls: {
         std::string text;
@@ -111,20 +112,19 @@ Status OutputParser::advance(OutputDelta* delta) {
         DSV4_RETURN_IF_ERROR(after_tools(&progressed));
         break;
       case OutputState::kDone:
-        if (!pending_.empty()) {
-          return invalid_argument("unexpected text after <｜end▁of▁sentence｜>: {}", pending_.substr(0, 100));
-        }
+        // NOTE: messages name no received text, so they do not depend on how it was split.
+        if (!pending_.empty()) return invalid_argument("unexpected text after <｜end▁of▁sentence｜>");
         break;
     }
   }
   return Status::ok();
 }
 
-Status OutputParser::run_markers(OutputDelta* delta, bool* progressed) {
+Status OutputParser::run_markers(OutputDelta* delta, bool at_end, bool* progressed) {
   std::string& out = state_ == OutputState::kReasoning ? delta->reasoning : delta->content;
-  const Hit hit = scan(pending_);
+  const Hit hit = scan(pending_, at_end);
   if (hit.def == nullptr) {  // no marker, or one that may still complete: emit up to it and wait
-    const size_t emit = char_boundary(pending_, std::min(hit.pos, pending_.size()));
+    const size_t emit = at_end ? pending_.size() : char_boundary(pending_, std::min(hit.pos, pending_.size()));
     out.append(pending_, 0, emit);
     pending_.erase(0, emit);
     return Status::ok();
@@ -164,27 +164,27 @@ Status OutputParser::after_tools(bool* progressed) {
     return Status::ok();
   }
   if (!pending_.empty() && !kEos.starts_with(pending_)) {
-    return invalid_argument("unexpected text after </｜DSML｜tool_calls> (only <｜end▁of▁sentence｜> may follow): {}",
-                            pending_.substr(0, 100));
+    return invalid_argument("unexpected text after </｜DSML｜tool_calls> (only <｜end▁of▁sentence｜> may follow)");
   }
   return Status::ok();
 }
 
 Status OutputParser::finish(OutputDelta* delta) {
   if (!error_.is_ok()) return error_;
+  // Held-back text is final now: a cut-off marker start is plain text, but complete markers in
+  // it (e.g. the ｜DSML｜ of an unfinished "\n\n<｜DSML｜tool_calls") still count.
+  error_ = advance(delta, /*at_end=*/true);
+  if (!error_.is_ok()) return error_;
   switch (state_) {
     case OutputState::kReasoning:
-      delta->reasoning += pending_;
-      break;
     case OutputState::kContent:
-      delta->content += pending_;
       break;
     case OutputState::kToolCalls:
       error_ = invalid_argument("truncated DSML tool-call block: expected {}", dsml_.expectation());
       return error_;
     case OutputState::kAfterTools:
       if (!pending_.empty()) {
-        error_ = invalid_argument("unexpected text after </｜DSML｜tool_calls>: {}", pending_.substr(0, 100));
+        error_ = invalid_argument("unexpected text after </｜DSML｜tool_calls> (only <｜end▁of▁sentence｜> may follow)");
         return error_;
       }
       break;

@@ -47,8 +47,8 @@ class OutputParser {
   OutputState state() const { return state_; }
 
  private:
-  Status advance(OutputDelta* delta);
-  Status run_markers(OutputDelta* delta, bool* progressed);
+  Status advance(OutputDelta* delta, bool at_end);
+  Status run_markers(OutputDelta* delta, bool at_end, bool* progressed);
   Status after_tools(bool* progressed);
 
   OutputState state_;

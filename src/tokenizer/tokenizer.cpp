@@ -76,6 +76,25 @@ Result<Tokenizer> Tokenizer::from_json_text(std::string_view json_text) {
     tok.added_ = std::move(added);
   }
 
+  // HF ignores the ids written for added tokens: a token already in the vocabulary takes its
+  // vocabulary id, the others get consecutive ids after the vocabulary. Files where the two
+  // disagree would decode differently from HF, so they are rejected.
+  TokenId max_added = -1;
+  for (const AddedToken& t : tok.added_.tokens()) {
+    const auto in_vocab = tok.bpe_.find_text(t.content);
+    TokenId expected;
+    if (in_vocab) {
+      expected = *in_vocab;
+    } else {
+      expected = max_added >= tok.bpe_.n_ids() ? max_added + 1 : tok.bpe_.n_ids();
+    }
+    if (t.id != expected) {
+      return unimplemented("added token '{}' has id {}, but HF tokenizers would give it id {} "
+                           "(added tokens must follow the vocabulary in order)", t.content, t.id, expected);
+    }
+    max_added = std::max(max_added, t.id);
+  }
+
   int n_ids = tok.bpe_.n_ids();
   for (const AddedToken& t : tok.added_.tokens()) n_ids = std::max(n_ids, t.id + 1);
   tok.id_bytes_.assign(n_ids, std::string());

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# cli_test.sh: the command line end to end: make-model -> inspect -> logits (one-shot, chunked,
+# bf16), and inspect's exit code on a damaged checkpoint. Usage: cli_test.sh BUILD_DIR
+set -euo pipefail
+bin="$1/dsv4"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$bin" --version
+"$bin" make-model --preset tiny --layers 4 --seed 7 --mtp --out "$work/m" > "$work/make.log"
+"$bin" inspect --model "$work/m" > "$work/inspect.log"
+grep -q "^VALID" "$work/inspect.log"
+grep -q "gptq-int4" "$work/inspect.log"
+grep -q "MTP block present" "$work/inspect.log"
+
+python3 -c "import numpy as np; np.save('$work/ids.npy', (np.arange(90) * 37 % 1024).astype(np.int64))"
+"$bin" logits --model "$work/m" --token-ids "$work/ids.npy" --out "$work/full.npy"
+"$bin" logits --model "$work/m" --token-ids "$work/ids.npy" --out "$work/c1.npy" --chunk 1
+"$bin" logits --model "$work/m" --token-ids "$work/ids.npy" --out "$work/c7.npy" --chunk 7
+"$bin" logits --model "$work/m" --token-ids "$work/ids.npy" --out "$work/bf16.npy" --numerics bf16
+cmp "$work/full.npy" "$work/c1.npy"
+cmp "$work/full.npy" "$work/c7.npy"
+python3 - "$work" <<'PY'
+import sys, numpy as np
+w = sys.argv[1]
+a, b = np.load(f"{w}/full.npy"), np.load(f"{w}/bf16.npy")
+assert a.shape == (90, 1024) and a.dtype == np.float32, (a.shape, a.dtype)
+assert np.isfinite(a).all() and np.isfinite(b).all()
+assert np.abs(a - b).mean() < 0.02 * np.abs(a).max(), np.abs(a - b).mean()
+print("logits ok:", a.shape, "bf16 mean |diff|", float(np.abs(a - b).mean()))
+PY
+
+# Bad inputs are answers, not crashes.
+if "$bin" logits --model "$work/m" --token-ids "$work/ids.npy" --out "$work/x.npy" --numerics fp16 2> "$work/err"; then exit 1; fi
+grep -q "numerics must be fp32 or bf16" "$work/err"
+python3 -c "import numpy as np; np.save('$work/bad.npy', np.array([5, 4096], dtype=np.int32))"
+if "$bin" logits --model "$work/m" --token-ids "$work/bad.npy" --out "$work/x.npy" 2> "$work/err"; then exit 1; fi
+grep -q "outside the vocabulary" "$work/err"
+truncate -s 100 "$work/m/model-00003-of-00006.safetensors"
+if "$bin" inspect --model "$work/m" > "$work/inspect2.log"; then exit 1; fi
+grep -q "^INVALID" "$work/inspect2.log"
+echo "cli_test: ok"

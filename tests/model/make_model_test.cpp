@@ -1,0 +1,139 @@
+// make_model_test.cpp: make-model checkpoints load, are deterministic, and their inventory has
+// exactly the byte counts the format arithmetic predicts (CHECKPOINTS.md §2.3-2.4), including the
+// 13,074,432 bytes of one flash-shaped INT4 expert.
+#include "model/make_model.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "model/inventory.h"
+#include "model/weights.h"
+
+namespace dsv4 {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string tmp(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("dsv4_mm_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  return p.string();
+}
+
+// auto_gptq INT4 bytes of a linear [n, k]: qweight + fp16 scales + qzeros.
+size_t int4_bytes(int64_t n, int64_t k) {
+  return size_t(k / 8 * n * 4 + k / 128 * n * 2 + k / 128 * ((n + 7) / 8) * 4);
+}
+size_t bf16_bytes(int64_t n, int64_t k) { return size_t(n * k * 2); }
+
+TEST(MakeModel, FlashShapedInventoryHasExactByteCounts) {
+  MakeModelOptions o;
+  o.preset = "flash-shaped";
+  o.layers = 2;
+  o.layer_types = {"csa", "hca"};
+  o.experts = 2;
+  o.vocab = 2048;  // keeps the file small; every other dimension is Flash's
+  o.seed = 3;
+  o.out_dir = tmp("flash");
+  ASSERT_TRUE(make_model(o, nullptr).is_ok());
+  auto cfg = ModelConfig::load(o.out_dir);
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+  auto w = ModelWeights::load(o.out_dir, *cfg);
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  const Inventory inv = take_inventory(**w);
+
+  const size_t expert = 2 * int4_bytes(2048, 4096) + int4_bytes(4096, 2048);
+  EXPECT_EQ(expert, 13074432u);  // CHECKPOINTS.md §2.4: one routed expert of the Intel export
+  EXPECT_EQ(inv.by_role.at("csa routed experts").bytes, 2 * expert);
+  EXPECT_EQ(inv.by_role.at("hca routed experts").bytes, 2 * expert);
+  EXPECT_EQ(inv.by_role.at("csa shared expert").bytes, expert);
+  const size_t attn = int4_bytes(1024, 4096) + int4_bytes(32768, 1024) + int4_bytes(512, 4096) +
+                      bf16_bytes(8192, 4096) + int4_bytes(4096, 8192);
+  EXPECT_EQ(inv.by_role.at("csa attention").bytes, attn);
+  EXPECT_EQ(inv.by_role.at("hca attention").bytes, attn);
+  EXPECT_EQ(inv.by_role.at("csa compressor").bytes, 2 * bf16_bytes(1024, 4096));
+  EXPECT_EQ(inv.by_role.at("hca compressor").bytes, 2 * bf16_bytes(512, 4096));
+  EXPECT_EQ(inv.by_role.at("csa indexer").bytes,
+            int4_bytes(8192, 1024) + bf16_bytes(64, 4096) + 2 * bf16_bytes(256, 4096));
+  EXPECT_EQ(inv.by_role.at("head").bytes, bf16_bytes(2048, 4096));
+
+  // Every byte in the files is accounted for: linears (incl. routers and head) + the rest.
+  const size_t per_layer = 2 * 4096 * 2                        // attn_norm, ffn_norm (BF16)
+                           + 2 * (24 * 16384 + 24 + 3) * 4      // hc_attn_*, hc_ffn_* (F32)
+                           + 1024 * 2 + 512 * 2 + 64 * 4        // q_norm, kv_norm (BF16), attn_sink (F32)
+                           + size_t(2048) * 2 * 8;              // tid2eid I64 [vocab, top_k = 2] (hash layers)
+  const size_t csa_extra = 4 * 1024 * 4 + 512 * 2 + 4 * 256 * 4 + 128 * 2;  // compressor + indexer ape, norm
+  const size_t hca_extra = 128 * 512 * 4 + 512 * 2;
+  const size_t global = bf16_bytes(2048, 4096) /*embed*/ + 4096 * 2 /*norm*/ + (4 * 16384 + 4 + 1) * 4 /*hc head*/;
+  size_t linears = 0;
+  for (const auto& [k, v] : inv.by_format) linears += v.bytes;
+  EXPECT_EQ(inv.total_bytes, linears + global + 2 * per_layer + csa_extra + hca_extra);
+  fs::remove_all(o.out_dir);
+}
+
+TEST(MakeModel, DeterministicPerSeed) {
+  auto bytes_of = [](const std::string& dir) {
+    std::string all;
+    for (int i = 1; i <= 4; ++i) {
+      std::ifstream f(dir + "/model-0000" + std::to_string(i) + "-of-00004.safetensors", std::ios::binary);
+      all += std::string(std::istreambuf_iterator<char>(f), {});
+    }
+    return all;
+  };
+  MakeModelOptions o;
+  o.layers = 3;
+  o.seed = 42;
+  o.out_dir = tmp("a");
+  ASSERT_TRUE(make_model(o, nullptr).is_ok());
+  MakeModelOptions o2 = o;
+  o2.out_dir = tmp("b");
+  ASSERT_TRUE(make_model(o2, nullptr).is_ok());
+  MakeModelOptions o3 = o;
+  o3.seed = 43;
+  o3.out_dir = tmp("c");
+  ASSERT_TRUE(make_model(o3, nullptr).is_ok());
+  const std::string a = bytes_of(o.out_dir), b = bytes_of(o2.out_dir), c = bytes_of(o3.out_dir);
+  EXPECT_GT(a.size(), 100000u);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  for (const auto& d : {o.out_dir, o2.out_dir, o3.out_dir}) fs::remove_all(d);
+}
+
+TEST(MakeModel, Bf16FormatLoadsWithDenseLinears) {
+  MakeModelOptions o;
+  o.layers = 3;
+  o.format = "bf16";
+  o.mtp = true;
+  o.out_dir = tmp("bf16");
+  ASSERT_TRUE(make_model(o, nullptr).is_ok());
+  auto cfg = ModelConfig::load(o.out_dir);
+  ASSERT_TRUE(cfg.is_ok());
+  auto w = ModelWeights::load(o.out_dir, *cfg);
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  EXPECT_TRUE((*w)->has_mtp);
+  const Inventory inv = take_inventory(**w);
+  EXPECT_EQ(inv.by_format.size(), 1u);
+  EXPECT_EQ(inv.by_format.count("dense"), 1u);
+  fs::remove_all(o.out_dir);
+}
+
+TEST(MakeModel, RejectsBadOptions) {
+  MakeModelOptions o;
+  o.preset = "huge";
+  o.out_dir = tmp("bad");
+  EXPECT_NE(make_model(o, nullptr).message().find("unknown preset 'huge'"), std::string::npos);
+  o.preset = "tiny";
+  o.format = "gguf";
+  EXPECT_NE(make_model(o, nullptr).message().find("unknown format 'gguf'"), std::string::npos);
+  o.format = "w4a16";
+  o.layer_types = {"swa", "mla"};
+  o.layers = 2;
+  EXPECT_NE(make_model(o, nullptr).message().find("'mla'"), std::string::npos);
+  fs::remove_all(o.out_dir);
+}
+
+}  // namespace
+}  // namespace dsv4
