@@ -21,12 +21,15 @@ void Regex::CodeDeleter::operator()(void* code) const {
 Result<Regex> Regex::compile(std::string_view onig_pattern, bool literal) {
   std::string pattern(onig_pattern);
   if (!literal) {
-    DSV4_ASSIGN_OR_RETURN(pattern, onig_to_pcre2(onig_pattern));
+    auto translated = onig_to_pcre2(onig_pattern);
+    if (!translated.is_ok()) return translated.status().with_context("cannot compile pre-tokenizer regex");
+    pattern = std::move(translated).value();
   }
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
-  uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
-  if (literal) options |= PCRE2_LITERAL;
+  // PCRE2_LITERAL admits UTF but not UCP (meaningless for a plain string).
+  const uint32_t options = literal ? PCRE2_UTF | PCRE2_NO_UTF_CHECK | PCRE2_LITERAL
+                                   : PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                                    options, &error_code, &error_offset, nullptr);
   if (code == nullptr) {
