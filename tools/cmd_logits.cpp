@@ -15,6 +15,28 @@ namespace dsv4::cli {
 
 namespace {
 
+// An int32/int64 .npy [T], or the ids written out: "0,5,17".
+Result<std::vector<int32_t>> read_token_ids(const std::string& arg) {
+  if (arg.find_first_not_of("0123456789, ") == std::string::npos) {
+    std::vector<int32_t> ids;
+    size_t i = 0;
+    while (i < arg.size()) {
+      const size_t j = std::min(arg.find(',', i), arg.size());
+      const std::string tok = arg.substr(i, j - i);
+      if (tok.find_first_not_of(' ') != std::string::npos) {
+        if (tok.size() > 9) return invalid_argument("token id '{}' is too large", tok);
+        ids.push_back(std::stoi(tok));
+      }
+      i = j + 1;
+    }
+    return ids;
+  }
+  DSV4_ASSIGN_OR_RETURN(NpyArray arr, read_npy(arg));
+  if (arr.shape.size() != 1)
+    return invalid_argument("token ids must be a 1-D array [T], found shape of rank {}", arr.shape.size());
+  return arr.as_int32();
+}
+
 struct LogitsArgs {
   std::string model, ids, out, numerics = "fp32", device = "cpu";
   int64_t chunk = 0;
@@ -42,16 +64,7 @@ int run_logits(const LogitsArgs& a) {
     fmt::print(stderr, "logits: {}\n", w.status().to_string());
     return 1;
   }
-  auto arr = read_npy(a.ids);
-  if (!arr.is_ok()) {
-    fmt::print(stderr, "logits: {}\n", arr.status().to_string());
-    return 1;
-  }
-  if (arr->shape.size() != 1) {
-    fmt::print(stderr, "logits: token ids must be a 1-D array [T], found shape of rank {}\n", arr->shape.size());
-    return 1;
-  }
-  auto ids = arr->as_int32();
+  auto ids = read_token_ids(a.ids);
   if (!ids.is_ok()) {
     fmt::print(stderr, "logits: {}\n", ids.status().to_string());
     return 1;
@@ -93,7 +106,7 @@ void register_logits(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("logits", "teacher-forced logits for every position, as .npy [T, vocab]");
   auto a = std::make_shared<LogitsArgs>();
   cmd->add_option("--model", a->model, "checkpoint directory")->required();
-  cmd->add_option("--token-ids", a->ids, "int32 or int64 .npy [T]")->required();
+  cmd->add_option("--token-ids", a->ids, "int32 or int64 .npy [T], or a list such as 0,5,17")->required();
   cmd->add_option("--out", a->out, "output .npy (fp32 [T, vocab])")->required();
   cmd->add_option("--numerics", a->numerics, "fp32 (matches HF transformers) | bf16 (GPU oracle)")
       ->capture_default_str();
