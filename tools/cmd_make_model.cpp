@@ -13,7 +13,7 @@ void register_make_model(CLI::App& app, int& exit_code) {
   cmd->add_option("--layers", opts->layers, "number of layers")->capture_default_str();
   cmd->add_option("--experts", opts->experts, "routed experts (default: 8 tiny, 256 flash-shaped)");
   cmd->add_option("--vocab", opts->vocab, "vocabulary size (default: 1024 tiny, 129280 flash-shaped)");
-  cmd->add_option("--format", opts->format, "w4a16 (Intel AutoRound layout) | bf16")->capture_default_str();
+  cmd->add_option("--format", opts->format, "w4a16 (Intel AutoRound layout) | fp8 (original FP8 + MXFP4 release) | bf16")->capture_default_str();
   cmd->add_option("--seed", opts->seed, "random seed")->capture_default_str();
   cmd->add_option("--tokenizer", opts->tokenizer, "tokenizer.json to copy (sets vocab to 129280)");
   cmd->add_option("--layer-types", opts->layer_types, "per-layer attention: swa,csa,hca (default: Flash pattern)")

@@ -107,9 +107,48 @@ class Builder {
     w_.add_i32(prefix + ".qzeros", {k / g, (n + 7) / 8}, qz);
   }
 
-  // The format Intel uses for this linear in a w4a16 export.
-  void linear(const std::string& prefix, int64_t n, int64_t k, bool intel_int4) {
-    if (o_.format == "w4a16" && intel_int4) int4(prefix, n, k);
+  // A linear [n, k] as FP8 block: E4M3 `.weight` + E8M0 `.scale` per 128x128 (the original release).
+  void fp8(const std::string& prefix, int64_t n, int64_t k) {
+    std::vector<uint8_t> w(size_t(n * k));
+    fill_bytes(prefix + ".weight", w, [](uint8_t b) { return (b & 0x7f) == 0x7f ? uint8_t(b & 0xf0) : b; });
+    w_.add(prefix + ".weight", DType::kF8E4M3, {n, k}, std::move(w));
+    // Random codes have |w| up to 448 with a typical magnitude ~30; scale to std ~1/sqrt(k).
+    const int e = 127 - 5 - int(std::lround(std::log2(std::sqrt(double(k)))));
+    std::vector<uint8_t> s(size_t(((n + 127) / 128) * ((k + 127) / 128)));
+    fill_bytes(prefix + ".scale", s, [e](uint8_t b) { return uint8_t(e - int(b % 3)); });
+    w_.add(prefix + ".scale", DType::kF8E8M0, {(n + 127) / 128, (k + 127) / 128}, std::move(s));
+  }
+
+  // A linear [n, k] as MXFP4: I8 `.weight` [n, k/2] (two E2M1 codes a byte) + E8M0 `.scale` [n, k/32].
+  void mxfp4(const std::string& prefix, int64_t n, int64_t k) {
+    std::vector<uint8_t> w(size_t(n * k / 2));
+    fill_bytes(prefix + ".weight", w, [](uint8_t b) { return b; });
+    w_.add(prefix + ".weight", DType::kI8, {n, k / 2}, std::move(w));
+    const int e = 127 - 2 - int(std::lround(std::log2(std::sqrt(double(k)))));
+    std::vector<uint8_t> s(size_t(n * k / 32));
+    fill_bytes(prefix + ".scale", s, [e](uint8_t b) { return uint8_t(e - int(b % 3)); });
+    w_.add(prefix + ".scale", DType::kF8E8M0, {n, k / 32}, std::move(s));
+  }
+
+  template <typename F>
+  void fill_bytes(const std::string& name, std::vector<uint8_t>& out, F map) {
+    const int64_t n = int64_t(out.size());
+    const int64_t n_chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      uint64_t s = hash_name(o_.seed, name, uint64_t(c));
+      for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) out[size_t(i)] = map(uint8_t(splitmix(s)));
+    }
+  }
+
+  // The format this linear has in the chosen export: Intel W4A16 quantizes `quantized` linears to
+  // INT4; the original release stores them as FP8 (routed experts as MXFP4) and also wo_a as FP8.
+  enum class Kind { kBf16Always, kQuantized, kWoA, kRoutedExpert };
+  void linear(const std::string& prefix, int64_t n, int64_t k, Kind kind) {
+    const bool quantized = kind == Kind::kQuantized || kind == Kind::kRoutedExpert;
+    if (o_.format == "w4a16" && quantized) int4(prefix, n, k);
+    else if (o_.format == "fp8" && kind == Kind::kRoutedExpert) mxfp4(prefix, n, k);
+    else if (o_.format == "fp8" && (quantized || kind == Kind::kWoA)) fp8(prefix, n, k);
     else dense(prefix, n, k);
   }
 
@@ -134,17 +173,17 @@ class Builder {
     hc(p + ".hc_attn_fn", p + ".hc_attn_base", p + ".hc_attn_scale", c.hc_mix(), 3);
     hc(p + ".hc_ffn_fn", p + ".hc_ffn_base", p + ".hc_ffn_scale", c.hc_mix(), 3);
     const std::string a = p + ".attn";
-    linear(a + ".wq_a", c.q_lora_rank, D, true);
+    linear(a + ".wq_a", c.q_lora_rank, D, Kind::kQuantized);
     vec_bf16(a + ".q_norm.weight", {c.q_lora_rank}, 0.1f, 1.0f);
-    linear(a + ".wq_b", c.q_dim(), c.q_lora_rank, true);
-    linear(a + ".wkv", c.head_dim, D, true);
+    linear(a + ".wq_b", c.q_dim(), c.q_lora_rank, Kind::kQuantized);
+    linear(a + ".wkv", c.head_dim, D, Kind::kQuantized);
     vec_bf16(a + ".kv_norm.weight", {c.head_dim}, 0.1f, 1.0f);
-    linear(a + ".wo_a", int64_t(c.o_groups) * c.o_lora_rank, c.group_in_dim(), false);
-    linear(a + ".wo_b", D, int64_t(c.o_groups) * c.o_lora_rank, true);
+    linear(a + ".wo_a", int64_t(c.o_groups) * c.o_lora_rank, c.group_in_dim(), Kind::kWoA);
+    linear(a + ".wo_b", D, int64_t(c.o_groups) * c.o_lora_rank, Kind::kQuantized);
     vec_f32(a + ".attn_sink", {c.n_heads}, 1.0f);
     if (spec.attn == AttnType::kCsa) {
       compressor(a + ".compressor", c.head_dim, 2, spec.compress_ratio);
-      linear(a + ".indexer.wq_b", int64_t(c.index_n_heads) * c.index_head_dim, c.q_lora_rank, true);
+      linear(a + ".indexer.wq_b", int64_t(c.index_n_heads) * c.index_head_dim, c.q_lora_rank, Kind::kQuantized);
       dense(a + ".indexer.weights_proj", c.index_n_heads, D);
       compressor(a + ".indexer.compressor", c.index_head_dim, 2, spec.compress_ratio);
     } else if (spec.attn == AttnType::kHca) {
@@ -172,14 +211,14 @@ class Builder {
     }
     for (int e = 0; e < c.n_routed_experts; ++e) {
       const std::string q = fmt::format("{}.experts.{}", f, e);
-      linear(q + ".w1", c.moe_inter, D, true);
-      linear(q + ".w3", c.moe_inter, D, true);
-      linear(q + ".w2", D, c.moe_inter, true);
+      linear(q + ".w1", c.moe_inter, D, Kind::kRoutedExpert);
+      linear(q + ".w3", c.moe_inter, D, Kind::kRoutedExpert);
+      linear(q + ".w2", D, c.moe_inter, Kind::kRoutedExpert);
     }
     if (c.n_shared_experts > 0) {
-      linear(f + ".shared_experts.w1", c.moe_inter, D, true);
-      linear(f + ".shared_experts.w3", c.moe_inter, D, true);
-      linear(f + ".shared_experts.w2", D, c.moe_inter, true);
+      linear(f + ".shared_experts.w1", c.moe_inter, D, Kind::kQuantized);
+      linear(f + ".shared_experts.w3", c.moe_inter, D, Kind::kQuantized);
+      linear(f + ".shared_experts.w2", D, c.moe_inter, Kind::kQuantized);
     }
   }
 
@@ -285,8 +324,10 @@ Result<ModelConfig> make_model_config(const MakeModelOptions& o) {
     c.quant.bits = 4;
     c.quant.group_size = 128;
     c.quant.sym = true;
+  } else if (o.format == "fp8") {
+    c.quant.method = "fp8";
   } else if (o.format != "bf16") {
-    return invalid_argument("unknown format '{}' (expected 'w4a16' or 'bf16')", o.format);
+    return invalid_argument("unknown format '{}' (expected 'w4a16', 'fp8' or 'bf16')", o.format);
   }
   DSV4_RETURN_IF_ERROR(c.validate());
   return c;
@@ -300,7 +341,11 @@ Status make_model(const MakeModelOptions& o, std::string* summary) {
   if (ec) return internal_error("cannot create '{}': {}", o.out_dir, ec.message());
 
   json cfg = c.to_legacy_json();
-  if (!c.quant.method.empty()) {
+  if (c.quant.method == "fp8") {
+    cfg["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
+                                  {"scale_fmt", "ue8m0"}, {"weight_block_size", {128, 128}}};
+    cfg["expert_dtype"] = "fp4";
+  } else if (!c.quant.method.empty()) {
     json extra = json::object();
     extra["wo_a"] = {{"bits", 16}, {"data_type", "float"}};
     cfg["quantization_config"] = {{"quant_method", c.quant.method}, {"packing_format", c.quant.packing},
@@ -331,8 +376,8 @@ Status make_model(const MakeModelOptions& o, std::string* summary) {
     DSV4_RETURN_IF_ERROR(b.flush(shard_path(1 + i), weight_map, summary));
   }
   if (o.mtp) {
-    b.linear("mtp.0.e_proj", D, D, true);
-    b.linear("mtp.0.h_proj", D, D, true);
+    b.linear("mtp.0.e_proj", D, D, Builder::Kind::kQuantized);
+    b.linear("mtp.0.h_proj", D, D, Builder::Kind::kQuantized);
     b.vec_bf16("mtp.0.enorm.weight", {D}, 0.1f, 1.0f);
     b.vec_bf16("mtp.0.hnorm.weight", {D}, 0.1f, 1.0f);
     b.vec_bf16("mtp.0.norm.weight", {D}, 0.1f, 1.0f);

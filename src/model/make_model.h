@@ -19,7 +19,7 @@ struct MakeModelOptions {
   int layers = 4;
   int experts = 0;               // 0: preset default (8 tiny, 256 flash-shaped)
   int vocab = 0;                 // 0: preset default (1024 tiny, 129280 flash-shaped)
-  std::string format = "w4a16";  // "w4a16" or "bf16"
+  std::string format = "w4a16";  // "w4a16", "fp8" (original release: FP8 block + MXFP4 experts) or "bf16"
   uint64_t seed = 0;
   std::string tokenizer;         // optional tokenizer.json to copy; sets vocab to 129280
   std::vector<std::string> layer_types;  // optional override per layer: "swa", "csa", "hca"

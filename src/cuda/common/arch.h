@@ -31,4 +31,7 @@ Result<const DeviceInfo*> current_device_info();
 
 const char* gpu_arch_name(GpuArch a);
 
+// Programmatic dependent launch (common/pdl.cuh): SM90 only.
+inline bool pdl_supported(const DeviceInfo& d) { return d.arch == GpuArch::kSm90; }
+
 }  // namespace dsv4::cuda

@@ -132,7 +132,8 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   r.sorted_token = ws.sorted_token_.as<int>();
   r.sorted_weight = ws.sorted_weight_.as<float>();
   r.token_pairs = ws.token_pairs_.as<int>();
-  DSV4_RETURN_IF_ERROR(launch_moe_route(r, stream));
+  const bool pdl = pdl_supported(*dev);
+  DSV4_RETURN_IF_ERROR(launch_moe_route(r, stream, pdl));
 
   GemmKernelArgs g;
   g.tiles = ws.tiles_.as<int4>();
@@ -164,7 +165,7 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   {
     const int gx = (g.n + ci.block_n - 1) / ci.block_n;
     g.splits = choose_splits(gx * max_tiles, hidden / 128, ci, *dev, partial_floats, ws.n_gemm_counters_);
-    DSV4_RETURN_IF_ERROR(launch_gemm(cfg, g, dim3(gx, g.splits, max_tiles), stream));
+    DSV4_RETURN_IF_ERROR(launch_gemm(cfg, g, dim3(gx, g.splits, max_tiles), stream, pdl));
   }
 
   // Down: act [pairs, inter] x [hidden, inter]^T -> down [pairs, hidden], combined into y.
@@ -187,7 +188,7 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   {
     const int gx = (g.n + ci.block_n - 1) / ci.block_n;
     g.splits = choose_splits(gx * max_tiles, inter / 128, ci, *dev, partial_floats, ws.n_gemm_counters_);
-    DSV4_RETURN_IF_ERROR(launch_gemm(cfg, g, dim3(gx, g.splits, max_tiles), stream));
+    DSV4_RETURN_IF_ERROR(launch_gemm(cfg, g, dim3(gx, g.splits, max_tiles), stream, pdl));
   }
   return Status::ok();
 }

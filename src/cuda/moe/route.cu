@@ -9,6 +9,7 @@
 
 #include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/moe/route.h"
 
 namespace dsv4::cuda::moe_detail {
@@ -18,6 +19,12 @@ namespace {
 constexpr int kThreads = 256;
 static_assert(kThreads == kRouterExperts, "the grouping scan gives each thread one expert");
 constexpr int kShared = kRouterExperts;  // expert id of the shared expert in tiles
+
+__device__ __forceinline__ uint4 ld_nc_v4(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
 
 __device__ __forceinline__ void unpack8(const uint4 v, float (&f)[8]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -200,6 +207,8 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
   __shared__ int s_flag;
   const uint4* xs = reinterpret_cast<const uint4*>(smem);  // bf16 [TM][hidden]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  pdl_launch_dependents();
+  pdl_wait();  // x comes from the previous kernel
   const int tok0 = blockIdx.x * TM;
   const int n_tok = min(TM, p.m - tok0);
   constexpr int cpr = kRouterHidden / 8;  // 16-byte chunks per row
@@ -218,27 +227,34 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
   for (int t = 0; t < TM; ++t)
 #pragma unroll
     for (int j = 0; j < EPW; ++j) acc[t][j] = 0.0f;
-  // Each lane owns chunks lane + 32 i of every row; all of a row's loads are issued up front
-  // (decode is one DRAM round trip per warp, not sixteen).
+  // Each lane owns chunks lane + 32 i of every router row. Decode (TM = 1): all 16 loads of the
+  // row are issued before the first use (one DRAM round trip per warp, not sixteen; volatile asm
+  // keeps the compiler from sinking them). Prefill: one chunk of EPW rows at a time, each x
+  // chunk converted once for all EPW rows.
   constexpr int kPerLane = kRouterHidden / 8 / 32;
+  constexpr int kUnroll = TM == 1 ? kPerLane : 1;
+  const uint4* wrow = reinterpret_cast<const uint4*>(p.gate_w + int64_t(e0) * kRouterHidden) + lane;
+#pragma unroll 1
+  for (int i = 0; i < kPerLane; i += kUnroll) {
+    uint4 wv[EPW][kUnroll];
 #pragma unroll
-  for (int j = 0; j < EPW; ++j) {
-    uint4 wv[kPerLane];
-    const uint4* wrow = reinterpret_cast<const uint4*>(p.gate_w + int64_t(e0 + j) * kRouterHidden);
+    for (int j = 0; j < EPW; ++j)
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) wv[i] = __ldg(wrow + lane + 32 * i);
+      for (int u = 0; u < kUnroll; ++u) wv[j][u] = ld_nc_v4(wrow + j * (kRouterHidden / 8) + 32 * (i + u));
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      float wf[8];
-      unpack8(wv[i], wf);
+    for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int t = 0; t < TM; ++t) {
         float xv[8];
-        unpack8(xs[t * cpr + lane + 32 * i], xv);
+        unpack8(xs[t * cpr + lane + 32 * (i + u)], xv);
 #pragma unroll
-        for (int u = 0; u < 8; ++u) acc[t][j] = fmaf(xv[u], wf[u], acc[t][j]);
+        for (int j = 0; j < EPW; ++j) {
+          float wf[8];
+          unpack8(wv[j][u], wf);
+#pragma unroll
+          for (int v = 0; v < 8; ++v) acc[t][j] = fmaf(xv[v], wf[v], acc[t][j]);
+        }
       }
-    }
   }
 #pragma unroll
   for (int t = 0; t < TM; ++t)
@@ -279,7 +295,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
 }
 
 template <int TM, int EPW>
-Status launch_variant(const RouteKernelArgs& p, cudaStream_t stream) {
+Status launch_variant(const RouteKernelArgs& p, cudaStream_t stream, bool pdl) {
   static_assert(TM <= 8, "one warp per token in the selection step");
   const int smem = TM * kRouterHidden * 2;
   auto* kernel = &moe_route_kernel<TM, EPW>;
@@ -296,19 +312,18 @@ Status launch_variant(const RouteKernelArgs& p, cudaStream_t stream) {
     }
   }
   const dim3 grid((p.m + TM - 1) / TM, kRouterExperts / (8 * EPW));
-  kernel<<<grid, kThreads, smem, stream>>>(p);
-  return last_launch_status("moe_route_kernel");
+  return launch_kernel(kernel, grid, dim3(kThreads), size_t(smem), stream, pdl, p, "moe_route_kernel");
 }
 
 }  // namespace
 
-Status launch_moe_route(const RouteKernelArgs& p, cudaStream_t stream) {
+Status launch_moe_route(const RouteKernelArgs& p, cudaStream_t stream, bool pdl) {
   if (p.hidden != kRouterHidden) return invalid_argument("moe router: hidden {} != {}", p.hidden, kRouterHidden);
   if (p.top_k < 1 || p.top_k > 8) return invalid_argument("moe router: top_k {} not in 1..8", p.top_k);
   // Decode batches: one token per block and 32 blocks per token, so the 2 MB router weight is
   // streamed by many SMs. Prefill: 8 tokens per block reuse each weight load 8 times.
-  if (p.m <= 32) return launch_variant<1, 1>(p, stream);
-  return launch_variant<8, 4>(p, stream);
+  if (p.m <= 32) return launch_variant<1, 1>(p, stream, pdl);
+  return launch_variant<8, 4>(p, stream, pdl);
 }
 
 }  // namespace dsv4::cuda::moe_detail

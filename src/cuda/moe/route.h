@@ -38,6 +38,8 @@ struct RouteKernelArgs {
   int* token_pairs = nullptr;             // out: i32 [M, top_k + 1]
 };
 
-Status launch_moe_route(const RouteKernelArgs& args, cudaStream_t stream);
+// pdl: launch as a programmatic dependent of the previous kernel in the stream (SM90; see
+// common/pdl.cuh). The kernel waits for that kernel before reading x.
+Status launch_moe_route(const RouteKernelArgs& args, cudaStream_t stream, bool pdl);
 
 }  // namespace dsv4::cuda::moe_detail

@@ -65,12 +65,12 @@ int choose_splits(int base_blocks, int kg, const GemmConfigInfo& ci, const Devic
   return std::max(s, 1);
 }
 
-Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, cudaStream_t stream) {
+Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl) {
   switch (cfg) {
-    case GemmConfig::kM16: return launch_gemm_m16(args, grid, stream);
-    case GemmConfig::kM32: return launch_gemm_m32(args, grid, stream);
-    case GemmConfig::kM64: return launch_gemm_m64(args, grid, stream);
-    case GemmConfig::kM128: return launch_gemm_m128(args, grid, stream);
+    case GemmConfig::kM16: return launch_gemm_m16(args, grid, stream, pdl);
+    case GemmConfig::kM32: return launch_gemm_m32(args, grid, stream, pdl);
+    case GemmConfig::kM64: return launch_gemm_m64(args, grid, stream, pdl);
+    case GemmConfig::kM128: return launch_gemm_m128(args, grid, stream, pdl);
   }
   return internal_error("unknown GEMM config {}", int(cfg));
 }
@@ -145,7 +145,9 @@ Status w4a16_gemm(const W4A16GemmArgs& a, const W4A16WorkspaceView& ws, cudaStre
   p.ldc = a.ldy;
   p.partials = ws.partials;
   p.counters = ws.counters;
-  return launch_gemm(GemmConfig(plan.config), p, dim3(plan.grid_x, plan.grid_y, plan.grid_z), stream);
+  DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
+  return launch_gemm(GemmConfig(plan.config), p, dim3(plan.grid_x, plan.grid_y, plan.grid_z), stream,
+                     pdl_supported(*dev));
 }
 
 }  // namespace dsv4::cuda

@@ -75,7 +75,7 @@ struct GemmConfigInfo {
 // reads the occupancy: call it once per device before launch().
 #define DSV4_DECLARE_GEMM_CONFIG(name)                                         \
   Status query_gemm_##name(GemmConfigInfo* info);                              \
-  Status launch_gemm_##name(const GemmKernelArgs& args, dim3 grid, cudaStream_t stream);
+  Status launch_gemm_##name(const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl);
 DSV4_DECLARE_GEMM_CONFIG(m16)
 DSV4_DECLARE_GEMM_CONFIG(m32)
 DSV4_DECLARE_GEMM_CONFIG(m64)
@@ -92,6 +92,7 @@ GemmConfig choose_gemm_config(int rows_hint);
 int choose_splits(int base_blocks, int kg, const GemmConfigInfo& ci, const DeviceInfo& dev,
                   size_t partial_floats, int n_counters);
 
-Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, cudaStream_t stream);
+// pdl: programmatic dependent launch (common/pdl.cuh); callers pass pdl_supported(device).
+Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl);
 
 }  // namespace dsv4::cuda::w4a16_detail

@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/w4a16/gemm_internal.h"
 
 namespace dsv4::cuda::w4a16_detail {
@@ -148,6 +149,12 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
   const int nb = blockIdx.x, split = blockIdx.y, z = blockIdx.z;
   const int n_tiles64 = p.n >> 6, kg = p.k >> 7;
 
+  // PDL: let the next kernel be scheduled once all our blocks run. A dense GEMM's weights do not
+  // depend on the previous kernel, so their first stages are requested before waiting for it;
+  // the MoE GEMMs need the previous kernel's tile list first.
+  pdl_launch_dependents();
+  if (p.mode != GemmMode::kDense) pdl_wait();
+
   // Which rows this block owns.
   int expert = 0, row_begin = 0, rows = 0;
   if (p.mode == GemmMode::kDense) {
@@ -221,12 +228,16 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
 #pragma unroll
       for (int st = 0; st < STAGES; ++st)
         *reinterpret_cast<uint4*>(smem + st * T::kStageBytes + a_dst[j]) = make_uint4(0, 0, 0, 0);
-  auto load_stage = [&](int st) {
+  auto load_stage_a = [&](int st) {
     const uint32_t base = smem_base + (st % STAGES) * T::kStageBytes;
     const int kk = k_begin + st * BK;
 #pragma unroll
     for (int j = 0; j < T::kAPerThread; ++j)
       if (a_src[j] != nullptr) cp_async16(base + a_dst[j], a_src[j] + kk, true);
+  };
+  auto load_stage_b = [&](int st) {
+    const uint32_t base = smem_base + (st % STAGES) * T::kStageBytes;
+    const int kk = k_begin + st * BK;
 #pragma unroll
     for (int j = 0; j < T::kBPerThread; ++j) cp_async16(base + b_dst[j], b_src[j] + st * (T::kKS * 32), b_ok[j]);
     if (tid < T::kSChunks) cp_async16(base + s_dst, s_src + (s_ok ? (kk >> 7) * 64 : 0), s_ok);
@@ -244,16 +255,25 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
   for (int i = 0; i < 16; ++i) s_cur[i] = 1.0f;
 
   const int q = lane & 3;
+  // Prologue: weights of the first stages, then (after the dependency) activations. Commit
+  // groups complete in order, so stage st's weights are in (or before) stage st's group.
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st)
+    if (st < n_stages) load_stage_b(st);
+  if (p.mode == GemmMode::kDense) pdl_wait();
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < n_stages) load_stage(st);
+    if (st < n_stages) load_stage_a(st);
     cp_async_commit();
   }
 
   for (int st = 0; st < n_stages; ++st) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage st landed for all threads; slot of stage st-1 is free
-    if (st + STAGES - 1 < n_stages) load_stage(st + STAGES - 1);
+    if (st + STAGES - 1 < n_stages) {
+      load_stage_b(st + STAGES - 1);
+      load_stage_a(st + STAGES - 1);
+    }
     cp_async_commit();
 
     const unsigned char* stage = smem + (st % STAGES) * T::kStageBytes;
@@ -568,10 +588,10 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     *info = GemmConfigInfo{T::kBM, T::kBN, T::kThreads, T::kSmemBytes, blocks, T::kSplitKFits};                      \
     return Status::ok();                                                                             \
   }                                                                                                  \
-  Status launch_gemm_##name(const GemmKernelArgs& args, dim3 grid, cudaStream_t stream) {           \
+  Status launch_gemm_##name(const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl) { \
     using T = GemmTraits<FM, WM, WN, WK, BK, STAGES>;                                                \
-    w4a16_gemm_kernel<FM, WM, WN, WK, BK, STAGES><<<grid, T::kThreads, T::kSmemBytes, stream>>>(args); \
-    return last_launch_status("w4a16_gemm_kernel(" #name ")");                                       \
+    return launch_kernel(&w4a16_gemm_kernel<FM, WM, WN, WK, BK, STAGES>, grid, dim3(T::kThreads),    \
+                         size_t(T::kSmemBytes), stream, pdl, args, "w4a16_gemm_kernel(" #name ")");  \
   }
 
 }  // namespace dsv4::cuda::w4a16_detail

@@ -1,0 +1,47 @@
+// pdl.cuh: programmatic dependent launch (SM90) for decode chains. A kernel launched with
+// launch_kernel(..., pdl = true) may start while the previous kernel of the stream is finishing:
+// it may prefetch what does not depend on that kernel (weights), and must call pdl_wait() before
+// touching anything the previous kernel writes or reads. Every kernel here calls
+// pdl_launch_dependents() at its start, so the next one can be scheduled as soon as all of this
+// grid's blocks are running. On SM86 both calls compile to nothing and launches are plain; whether
+// to use PDL is decided in one place, pdl_supported() (common/arch.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/cuda_check.h"
+
+namespace dsv4::cuda {
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(arg), as a programmatic dependent of the
+// previous kernel in the stream when pdl is set.
+template <typename Arg>
+Status launch_kernel(void (*kernel)(Arg), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                     const Arg& arg, const char* name) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  DSV4_RETURN_IF_ERROR(cuda_status(cudaLaunchKernelEx(&cfg, kernel, arg), name));
+  return last_launch_status(name);
+}
+
+}  // namespace dsv4::cuda
