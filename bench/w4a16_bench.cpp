@@ -28,6 +28,7 @@
 #include "cuda/moe/moe.h"
 #include "cuda/testing/bandwidth.h"
 #include "cuda/testing/random_gptq.h"
+#include "cuda/w4a16/gemm_internal.h"  // lab: forced split-K / PDL sweep
 #include "cuda/w4a16/w4a16.h"
 
 using namespace dsv4;
@@ -219,6 +220,60 @@ json bench_dense(Ctx& c, const Shape& sh, const std::vector<int>& ms) {
   return rows;
 }
 
+// Lab data for the heuristics: the decode configuration at forced split-K factors, with and
+// without programmatic dependent launch.
+json bench_split_sweep(Ctx& c, const Shape& sh) {
+  using namespace w4a16_detail;
+  const size_t qb = w4a16_qweight_bytes(sh.n, sh.k), sb = w4a16_scales_bytes(sh.n, sh.k);
+  const int sets = sets_for(qb + sb, c.dev->l2_bytes);
+  std::vector<DeviceBuffer> q, s;
+  DeviceBuffer gq = alloc(size_t(sh.k / 8) * sh.n * 4), gs = alloc(size_t(sh.k / 128) * sh.n * 2);
+  for (int i = 0; i < sets; ++i) {
+    CKS(testing::fill_random_gptq(gq.as<int32_t>(), gs.as<__half>(), sh.n, sh.k, 3000 + uint64_t(i), testing::ScaleSpec{},
+                                  c.s));
+    q.push_back(alloc(qb));
+    s.push_back(alloc(sb));
+    CKS(repack_gptq_int4(GptqInt4Tensor{gq.as<int32_t>(), gs.as<__half>(), sh.n, sh.k}, q.back().as<uint32_t>(),
+                         s.back().as<__half>(), sh.n, RepackPlacement::concat(0), c.s));
+  }
+  DeviceBuffer x = alloc(size_t(16) * sh.k * 2), y = alloc(size_t(16) * sh.n * 2);
+  CKS(testing::fill_random_bf16(x.as<__nv_bfloat16>(), int64_t(16) * sh.k, 6, 1.0f, c.s));
+  CK(cudaStreamSynchronize(c.s));
+  auto ci = gemm_config_info(GemmConfig::kM16);
+  CKS(ci.status());
+  const W4A16WorkspaceView ws = c.ws.view();
+  json rows = json::array();
+  for (int m : {1, 16})
+    for (int pdl : {0, 1})
+      for (int splits : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
+        if (splits > sh.k / 128) continue;
+        const int gx = (sh.n + ci->block_n - 1) / ci->block_n;
+        if (size_t(gx) * splits * ci->block_m * ci->block_n > ws.partial_floats) continue;
+        const int calls = sets * std::max(1, 40 / sets);
+        const double us = time_graph(c.s, calls, [&](int i) {
+          GemmKernelArgs a;
+          a.mode = GemmMode::kDense;
+          a.a = x.as<__nv_bfloat16>();
+          a.lda = sh.k;
+          a.m = m;
+          a.w = reinterpret_cast<const uint4*>(q[size_t(i % sets)].as<uint32_t>());
+          a.s = s[size_t(i % sets)].as<__half>();
+          a.n = sh.n;
+          a.k = sh.k;
+          a.splits = splits;
+          a.c = y.as<__nv_bfloat16>();
+          a.ldc = sh.n;
+          a.partials = ws.partials;
+          a.counters = ws.counters;
+          CKS(launch_gemm(GemmConfig::kM16, a, dim3(gx, splits, 1), c.s, pdl != 0 && pdl_supported(*c.dev)));
+        });
+        std::printf("sweep %-6s M=%-3d pdl=%d splits=%-3d %8.2f us %6.0f GB/s\n", sh.name.c_str(), m, pdl, splits, us,
+                    double(qb + sb) / (us * 1e-6) / 1e9);
+        rows.push_back({{"shape", sh.name}, {"m", m}, {"pdl", pdl}, {"splits", splits}, {"us", us}});
+      }
+  return rows;
+}
+
 json bench_moe(Ctx& c, const std::vector<int>& ms) {
   constexpr int H = 4096, I = 2048, E = 256, K = 6;
   const int kLayers = g_profile ? 1 : 2, kInputs = g_profile ? 1 : 8;
@@ -389,7 +444,10 @@ int main(int argc, char** argv) {
                                      {"w2", 4096, 2048},     {"wq_a+wkv", 1536, 4096}, {"w13_gateup", 4096, 4096}};
   const std::vector<int> ms = quick ? std::vector<int>{1, 16, 4096}
                                     : std::vector<int>{1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096};
-  json dense_rows = json::array(), moe_rows = json::array();
+  json dense_rows = json::array(), moe_rows = json::array(), sweep_rows = json::array();
+  if (!g_profile)
+    for (const Shape& sh : {shapes[1], shapes[3]})
+      for (auto& r : bench_split_sweep(c, sh)) sweep_rows.push_back(r);
   if (dense)
     for (const Shape& sh : shapes) {
       if (g_profile && sh.name != "wq_b" && sh.name != "wo_b") continue;
@@ -425,7 +483,8 @@ int main(int argc, char** argv) {
             {"read_kernel_gbs", ceil0.read_kernel_gbs},
             {"copy_gbs_end", ceil1.copy_gbs()},
             {"dense", dense_rows},
-            {"moe", moe_rows}};
+            {"moe", moe_rows},
+            {"lab_split_sweep", sweep_rows}};
   std::ofstream(out) << j.dump(1) << "\n";
   std::printf("wrote %s\n", out.c_str());
   cublasDestroy(c.blas);

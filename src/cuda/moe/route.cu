@@ -208,6 +208,15 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
   const uint4* xs = reinterpret_cast<const uint4*>(smem);  // bf16 [TM][hidden]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   pdl_launch_dependents();
+  if constexpr (TM == 1) {
+    // Decode: the block's 8 EPW router rows go to smem through cp.async, every request in flight
+    // at once (one DRAM round trip); they do not depend on the previous kernel.
+    const uint4* wsrc = reinterpret_cast<const uint4*>(p.gate_w + int64_t(blockIdx.y) * (8 * EPW) * kRouterHidden);
+    const uint32_t wdst = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + TM * kRouterHidden * 2;
+    constexpr int kChunks = 8 * EPW * kRouterHidden / 8;
+    for (int i = tid; i < kChunks; i += kThreads)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(wdst + i * 16), "l"(wsrc + i));
+  }
   pdl_wait();  // x comes from the previous kernel
   const int tok0 = blockIdx.x * TM;
   const int n_tok = min(TM, p.m - tok0);
@@ -227,34 +236,45 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
   for (int t = 0; t < TM; ++t)
 #pragma unroll
     for (int j = 0; j < EPW; ++j) acc[t][j] = 0.0f;
-  // Each lane owns chunks lane + 32 i of every router row. Decode (TM = 1): all 16 loads of the
-  // row are issued before the first use (one DRAM round trip per warp, not sixteen; volatile asm
-  // keeps the compiler from sinking them). Prefill: one chunk of EPW rows at a time, each x
-  // chunk converted once for all EPW rows.
+  // Each lane owns chunks lane + 32 i of every router row.
   constexpr int kPerLane = kRouterHidden / 8 / 32;
-  constexpr int kUnroll = TM == 1 ? kPerLane : 1;
-  const uint4* wrow = reinterpret_cast<const uint4*>(p.gate_w + int64_t(e0) * kRouterHidden) + lane;
-#pragma unroll 1
-  for (int i = 0; i < kPerLane; i += kUnroll) {
-    uint4 wv[EPW][kUnroll];
+  if constexpr (TM == 1) {
+    // Decode: each warp reads its rows from the smem copy requested at the top.
+    asm volatile("cp.async.wait_all;\n" ::);  // issued before pdl_wait (the weights are constant)
+    __syncthreads();
+    const uint4* ws = xs + TM * cpr;  // bf16 [8 EPW][hidden]
 #pragma unroll
     for (int j = 0; j < EPW; ++j)
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) wv[j][u] = ld_nc_v4(wrow + j * (kRouterHidden / 8) + 32 * (i + u));
+      for (int i = 0; i < kPerLane; ++i) {
+        float xv[8], wf[8];
+        unpack8(xs[lane + 32 * i], xv);
+        unpack8(ws[(warp * EPW + j) * cpr + lane + 32 * i], wf);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
+        for (int v = 0; v < 8; ++v) acc[0][j] = fmaf(xv[v], wf[v], acc[0][j]);
+      }
+  } else {
+    // Prefill: one chunk of EPW rows at a time (L2-resident after the first token tile), each x
+    // chunk converted once for all EPW rows.
+    const uint4* wrow = reinterpret_cast<const uint4*>(p.gate_w + int64_t(e0) * kRouterHidden) + lane;
+#pragma unroll 1
+    for (int i = 0; i < kPerLane; ++i) {
+      uint4 wv[EPW];
+#pragma unroll
+      for (int j = 0; j < EPW; ++j) wv[j] = ld_nc_v4(wrow + j * cpr + 32 * i);
 #pragma unroll
       for (int t = 0; t < TM; ++t) {
         float xv[8];
-        unpack8(xs[t * cpr + lane + 32 * (i + u)], xv);
+        unpack8(xs[t * cpr + lane + 32 * i], xv);
 #pragma unroll
         for (int j = 0; j < EPW; ++j) {
           float wf[8];
-          unpack8(wv[j][u], wf);
+          unpack8(wv[j], wf);
 #pragma unroll
           for (int v = 0; v < 8; ++v) acc[t][j] = fmaf(xv[v], wf[v], acc[t][j]);
         }
       }
+    }
   }
 #pragma unroll
   for (int t = 0; t < TM; ++t)
@@ -297,7 +317,8 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
 template <int TM, int EPW>
 Status launch_variant(const RouteKernelArgs& p, cudaStream_t stream, bool pdl) {
   static_assert(TM <= 8, "one warp per token in the selection step");
-  const int smem = TM * kRouterHidden * 2;
+  // x rows, plus (decode) the block's router rows.
+  const int smem = TM * kRouterHidden * 2 + (TM == 1 ? 8 * EPW * kRouterHidden * 2 : 0);
   auto* kernel = &moe_route_kernel<TM, EPW>;
   if (smem > 48 * 1024) {
     // Once per device: the attribute is a property of the function on that device.
