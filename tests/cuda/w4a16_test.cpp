@@ -146,7 +146,7 @@ std::vector<GemmCase> all_cases() {
   std::vector<GemmCase> v;
   const int n_shapes = int(flash_shapes().size());
   for (int s = 0; s < n_shapes; ++s)
-    for (int m : {1, 2, 3, 8, 16, 33, 64, 256, 1024, 4096}) v.push_back({s, m});
+    for (int m : {1, 2, 3, 8, 16, 24, 32, 33, 64, 256, 1024, 4096}) v.push_back({s, m});
   return v;
 }
 

@@ -147,6 +147,12 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.counters = ws.gemm_counters_;
   g.swiglu_limit = w.swiglu_limit;
   const size_t partial_floats = ws.partials_.bytes() / 4;
+  // For the split-K heuristic: pairs (rows of both GEMMs) and the expected weight bytes streamed
+  // (distinct experts: at most the pairs, at most all experts, plus the shared one).
+  const int64_t pairs = int64_t(m) * (top_k + 1);
+  const double routed_experts = double(std::min<int64_t>(int64_t(m) * top_k, w.n_experts) + 1);
+  const double up_bytes = double(w4a16_qweight_bytes(2 * inter, hidden) + w4a16_scales_bytes(2 * inter, hidden));
+  const double down_bytes = double(w4a16_qweight_bytes(hidden, inter) + w4a16_scales_bytes(hidden, inter));
 
   // Gate/up: [pairs, hidden] x [2 inter, hidden]^T -> act [pairs, inter].
   g.mode = GemmMode::kMoeUp;
@@ -164,8 +170,10 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.ldc = inter;
   {
     const int gx = (g.n + ci.block_n - 1) / ci.block_n;
-    g.splits = choose_splits(gx * max_tiles, hidden / 128, ci, *dev, partial_floats, ws.n_gemm_counters_);
-    DSV4_RETURN_IF_ERROR(launch_gemm(cfg, g, dim3(gx, g.splits, max_tiles), stream, pdl));
+    g.splits = choose_splits(gx * max_tiles, hidden / 128, pairs, g.n, routed_experts * up_bytes, ci, *dev,
+                             partial_floats, ws.n_gemm_counters_);
+    DSV4_RETURN_IF_ERROR(launch_gemm(cfg, g, dim3(gx, g.splits, max_tiles), stream,
+                                     use_pdl(int64_t(gx) * g.splits * max_tiles, ci, *dev)));
   }
 
   // Down: act [pairs, inter] x [hidden, inter]^T -> down [pairs, hidden], combined into y.
@@ -187,8 +195,10 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.ldy = a.ldy;
   {
     const int gx = (g.n + ci.block_n - 1) / ci.block_n;
-    g.splits = choose_splits(gx * max_tiles, inter / 128, ci, *dev, partial_floats, ws.n_gemm_counters_);
-    DSV4_RETURN_IF_ERROR(launch_gemm(cfg, g, dim3(gx, g.splits, max_tiles), stream, pdl));
+    g.splits = choose_splits(gx * max_tiles, inter / 128, pairs, g.n, routed_experts * down_bytes, ci, *dev,
+                             partial_floats, ws.n_gemm_counters_);
+    DSV4_RETURN_IF_ERROR(launch_gemm(cfg, g, dim3(gx, g.splits, max_tiles), stream,
+                                     use_pdl(int64_t(gx) * g.splits * max_tiles, ci, *dev)));
   }
   return Status::ok();
 }

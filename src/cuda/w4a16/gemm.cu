@@ -51,18 +51,27 @@ GemmConfig choose_gemm_config(int rows_hint) {
 }
 
 // Memory-bound shapes want every SM streaming weights: when the output tiles alone give fewer
-// blocks than fit on the GPU at once, split K so that one full wave is resident. More splits
-// only add partial-tile traffic.
-int choose_splits(int base_blocks, int kg, const GemmConfigInfo& ci, const DeviceInfo& dev,
-                  size_t partial_floats, int n_counters) {
+// blocks than fit on the GPU at once, split K so that one full wave is resident. Each split adds
+// an fp32 partial tile, written and read once (rows x n x 8 bytes): that traffic is capped at a
+// quarter of the weight bytes when the tiles already give every SM a block, at half otherwise.
+// (H200 sweep, bench/results: wq_b M=16 is fastest unsplit, wo_b M=16 at 16 splits.)
+int choose_splits(int base_blocks, int kg, int64_t rows, int n, double weight_bytes, const GemmConfigInfo& ci,
+                  const DeviceInfo& dev, size_t partial_floats, int n_counters) {
   const int resident = dev.n_sms * ci.blocks_per_sm;
   if (!ci.split_k || base_blocks <= 0 || base_blocks > n_counters) return 1;
   // At least two groups per split: a one-group block is all prologue and epilogue.
   int s = std::min(resident / base_blocks, std::max(kg / 2, 1));
+  const double per_split = double(rows) * n * 8.0;
+  const double cap = (base_blocks >= dev.n_sms ? 0.25 : 0.5) * weight_bytes;
+  s = std::min<int64_t>(s, std::max<int64_t>(1, int64_t(cap / per_split)));
   const size_t tile_floats = size_t(ci.block_m) * ci.block_n;
   const size_t fit = partial_floats / (size_t(base_blocks) * tile_floats);
   s = int(std::min<size_t>(size_t(std::max(s, 1)), fit));
   return std::max(s, 1);
+}
+
+bool use_pdl(int64_t blocks, const GemmConfigInfo& ci, const DeviceInfo& dev) {
+  return pdl_supported(dev) && 4 * blocks >= 3 * int64_t(dev.n_sms) * ci.blocks_per_sm;
 }
 
 Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl) {
@@ -100,7 +109,10 @@ Result<W4A16GemmPlan> plan_w4a16_gemm(int m, int n, int k, const W4A16WorkspaceV
   if (m < 1 || n < 64 || n % 64 != 0 || k < 128 || k % 128 != 0)
     return invalid_argument("w4a16 GEMM: need M >= 1, N % 64 == 0, K % 128 == 0; got M={} N={} K={}", m, n, k);
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
-  const GemmConfig cfg = choose_gemm_config(m);
+  GemmConfig cfg = choose_gemm_config(m);
+  // 128-row tiles of a narrow N give too few blocks (wo_b at M = 256: 32); 64-row tiles, which
+  // can also split K, keep the GPU busy.
+  if (cfg == GemmConfig::kM128 && int64_t((m + 127) / 128) * ((n + 255) / 256) < dev->n_sms) cfg = GemmConfig::kM64;
   DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(cfg));
   W4A16GemmPlan plan;
   plan.config = int(cfg);
@@ -109,7 +121,9 @@ Result<W4A16GemmPlan> plan_w4a16_gemm(int m, int n, int k, const W4A16WorkspaceV
   plan.grid_x = (n + ci.block_n - 1) / ci.block_n;
   plan.grid_z = (m + ci.block_m - 1) / ci.block_m;
   if (plan.grid_z > 65535) return invalid_argument("w4a16 GEMM: M={} needs more than 65535 row blocks", m);
-  plan.splits = choose_splits(plan.grid_x * plan.grid_z, k / 128, ci, *dev, ws.partial_floats, ws.n_counters);
+  plan.splits = choose_splits(plan.grid_x * plan.grid_z, k / 128, m, n,
+                              double(w4a16_qweight_bytes(n, k) + w4a16_scales_bytes(n, k)), ci, *dev,
+                              ws.partial_floats, ws.n_counters);
   plan.grid_y = plan.splits;
   return plan;
 }
@@ -146,8 +160,10 @@ Status w4a16_gemm(const W4A16GemmArgs& a, const W4A16WorkspaceView& ws, cudaStre
   p.partials = ws.partials;
   p.counters = ws.counters;
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
+  DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(GemmConfig(plan.config)));
+  const int64_t blocks = int64_t(plan.grid_x) * plan.grid_y * plan.grid_z;
   return launch_gemm(GemmConfig(plan.config), p, dim3(plan.grid_x, plan.grid_y, plan.grid_z), stream,
-                     pdl_supported(*dev));
+                     use_pdl(blocks, ci, *dev));
 }
 
 }  // namespace dsv4::cuda

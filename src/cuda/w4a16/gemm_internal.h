@@ -88,9 +88,15 @@ Result<GemmConfigInfo> gemm_config_info(GemmConfig cfg);
 // The heuristics, in one place. rows_hint: rows per block tile the problem offers (dense: M;
 // MoE: average rows per expert).
 GemmConfig choose_gemm_config(int rows_hint);
-// Split-K factor for `base_blocks` tiles of K/128 = kg groups, limited by the workspace.
-int choose_splits(int base_blocks, int kg, const GemmConfigInfo& ci, const DeviceInfo& dev,
-                  size_t partial_floats, int n_counters);
+// Split-K factor for `base_blocks` output tiles of a GEMM with K/128 = kg groups, `rows` rows of
+// output in all (dense: M; MoE: pairs), n columns and weight_bytes of weights to stream;
+// limited by the workspace.
+int choose_splits(int base_blocks, int kg, int64_t rows, int n, double weight_bytes, const GemmConfigInfo& ci,
+                  const DeviceInfo& dev, size_t partial_floats, int n_counters);
+// Whether a grid of `blocks` is launched as a programmatic dependent (PDL, SM90): only grids that
+// fill the GPU. A smaller grid would let the next kernels' blocks move in early and hold SM slots
+// while they wait (measured on H200: slower than no PDL).
+bool use_pdl(int64_t blocks, const GemmConfigInfo& ci, const DeviceInfo& dev);
 
 // pdl: programmatic dependent launch (common/pdl.cuh); callers pass pdl_supported(device).
 Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl);

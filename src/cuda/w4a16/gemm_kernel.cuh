@@ -6,8 +6,8 @@
 //   cp.async (4 stages): A rows -> XOR-swizzled smem; packed weights and scales -> smem as stored
 //   warp: ldmatrix A fragments; one 16-byte smem load gives the B fragments of 64 columns x 16 k;
 //         lop3 + fma.bf16x2 turn codes into exact bf16 (q - 8); mma.m16n8k16 bf16 -> fp32
-//   scale: per group and column, in fp32. BK = 128 configurations keep a per-group accumulator
-//         and add scale * group_sum; BK = 64 (large tiles, no registers for a second accumulator)
+//   scale: per group and column, in fp32. The decode configuration (16 rows) keeps a per-group
+//         accumulator and adds scale * group_sum; the others (no registers for a second set)
 //         keep the running sum in units of the current group's scale: when the group changes,
 //         acc *= s_prev / s_new, and acc *= s_last at the end. Dequantization itself is exact.
 // Epilogue: warps that split K add their tiles through smem; split-K blocks write fp32 partials
@@ -111,7 +111,8 @@ struct GemmTraits {
   static constexpr int kBN = 64 * WN;
   static constexpr int kKS = BK / 16;                 // k16 slices per stage
   static constexpr int kSPW = kKS / WK;               // slices per warp per stage
-  static constexpr bool kRescale = (BK == 64);        // see the file comment
+  // See the file comment; a second accumulator set costs 32 FM registers, too many for FM >= 2.
+  static constexpr bool kRescale = (BK == 64 || FM >= 2);
   static constexpr int kARowBytes = BK * 2;
   static constexpr int kABytes = kBM * kARowBytes;
   static constexpr int kBBytes = WN * kKS * 512;
