@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # test.sh: runs every test that can run on this machine: the ctest suite of build/ (GPU tests skip
 # without a GPU), then the loader and CPU-reference tests again under ASan + UBSan (build-san/).
+# `./scripts/test.sh --quick` skips the sanitizer pass (for iterating; CI runs everything).
 set -euo pipefail
+quick=0
+[[ "${1:-}" == "--quick" ]] && quick=1
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 
@@ -11,9 +14,9 @@ fi
 cmake --build build
 ctest --test-dir build --output-on-failure -j "$JOBS"
 
-if [[ "${DSV4_SKIP_SANITIZERS:-0}" != 1 ]]; then
+if [[ $quick == 0 ]]; then
   cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4_SANITIZE=ON -DDSV4_CUDA=OFF
-  cmake --build build-san
+  cmake --build build-san --target dsv4_san_tests
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-san --output-on-failure -j "$JOBS" -L san
 fi
