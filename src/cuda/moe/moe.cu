@@ -173,7 +173,7 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
     g.splits = choose_splits(gx * max_tiles, hidden / 128, pairs, g.n, routed_experts * up_bytes, ci, *dev,
                              partial_floats, ws.n_gemm_counters_);
     DSV4_RETURN_IF_ERROR(launch_gemm(cfg, g, dim3(gx, g.splits, max_tiles), stream,
-                                     use_pdl(int64_t(gx) * g.splits * max_tiles, ci, *dev)));
+                                     use_pdl(int64_t(gx) * g.splits * max_tiles, g.splits, ci, *dev)));
   }
 
   // Down: act [pairs, inter] x [hidden, inter]^T -> down [pairs, hidden], combined into y.
@@ -198,7 +198,7 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
     g.splits = choose_splits(gx * max_tiles, inter / 128, pairs, g.n, routed_experts * down_bytes, ci, *dev,
                              partial_floats, ws.n_gemm_counters_);
     DSV4_RETURN_IF_ERROR(launch_gemm(cfg, g, dim3(gx, g.splits, max_tiles), stream,
-                                     use_pdl(int64_t(gx) * g.splits * max_tiles, ci, *dev)));
+                                     use_pdl(int64_t(gx) * g.splits * max_tiles, g.splits, ci, *dev)));
   }
   return Status::ok();
 }

@@ -52,26 +52,28 @@ GemmConfig choose_gemm_config(int rows_hint) {
 
 // Memory-bound shapes want every SM streaming weights: when the output tiles alone give fewer
 // blocks than fit on the GPU at once, split K so that one full wave is resident. Each split adds
-// an fp32 partial tile, written and read once (rows x n x 8 bytes): that traffic is capped at a
-// quarter of the weight bytes when the tiles already give every SM a block, at half otherwise.
-// (H200 sweep, bench/results: wq_b M=16 is fastest unsplit, wo_b M=16 at 16 splits.)
+// an fp32 partial tile, written and read once (rows x n x 8 bytes); when the tiles alone already
+// give every SM a block, that traffic is capped at 0.4 of the weight bytes. (H200 sweeps in
+// bench/results: wq_b at M = 16 is fastest unsplit, wo_b at M = 16 with 16 splits, small shapes
+// with as many splits as fill the GPU.)
 int choose_splits(int base_blocks, int kg, int64_t rows, int n, double weight_bytes, const GemmConfigInfo& ci,
                   const DeviceInfo& dev, size_t partial_floats, int n_counters) {
   const int resident = dev.n_sms * ci.blocks_per_sm;
   if (!ci.split_k || base_blocks <= 0 || base_blocks > n_counters) return 1;
   // At least two groups per split: a one-group block is all prologue and epilogue.
   int s = std::min(resident / base_blocks, std::max(kg / 2, 1));
-  const double per_split = double(rows) * n * 8.0;
-  const double cap = (base_blocks >= dev.n_sms ? 0.25 : 0.5) * weight_bytes;
-  s = std::min<int64_t>(s, std::max<int64_t>(1, int64_t(cap / per_split)));
+  if (base_blocks >= dev.n_sms) {
+    const double per_split = double(rows) * n * 8.0;
+    s = int(std::min<int64_t>(s, std::max<int64_t>(1, int64_t(0.4 * weight_bytes / per_split))));
+  }
   const size_t tile_floats = size_t(ci.block_m) * ci.block_n;
   const size_t fit = partial_floats / (size_t(base_blocks) * tile_floats);
   s = int(std::min<size_t>(size_t(std::max(s, 1)), fit));
   return std::max(s, 1);
 }
 
-bool use_pdl(int64_t blocks, const GemmConfigInfo& ci, const DeviceInfo& dev) {
-  return pdl_supported(dev) && 4 * blocks >= 3 * int64_t(dev.n_sms) * ci.blocks_per_sm;
+bool use_pdl(int64_t blocks, int splits, const GemmConfigInfo& ci, const DeviceInfo& dev) {
+  return pdl_supported(dev) && !(splits == 1 && blocks < int64_t(dev.n_sms) * ci.blocks_per_sm);
 }
 
 Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl) {
@@ -110,9 +112,10 @@ Result<W4A16GemmPlan> plan_w4a16_gemm(int m, int n, int k, const W4A16WorkspaceV
     return invalid_argument("w4a16 GEMM: need M >= 1, N % 64 == 0, K % 128 == 0; got M={} N={} K={}", m, n, k);
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
   GemmConfig cfg = choose_gemm_config(m);
-  // 128-row tiles of a narrow N give too few blocks (wo_b at M = 256: 32); 64-row tiles, which
-  // can also split K, keep the GPU busy.
-  if (cfg == GemmConfig::kM128 && int64_t((m + 127) / 128) * ((n + 255) / 256) < dev->n_sms) cfg = GemmConfig::kM64;
+  // 128-row tiles of a narrow N give too few blocks (wo_b at M = 256: 32); below half the SMs,
+  // 64-row tiles, which can also split K, are faster (H200: 168 vs 232 us there; at 128 blocks,
+  // wo_b M = 1024, 128-row tiles win).
+  if (cfg == GemmConfig::kM128 && 2 * int64_t((m + 127) / 128) * ((n + 255) / 256) < dev->n_sms) cfg = GemmConfig::kM64;
   DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(cfg));
   W4A16GemmPlan plan;
   plan.config = int(cfg);
@@ -163,7 +166,7 @@ Status w4a16_gemm(const W4A16GemmArgs& a, const W4A16WorkspaceView& ws, cudaStre
   DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(GemmConfig(plan.config)));
   const int64_t blocks = int64_t(plan.grid_x) * plan.grid_y * plan.grid_z;
   return launch_gemm(GemmConfig(plan.config), p, dim3(plan.grid_x, plan.grid_y, plan.grid_z), stream,
-                     use_pdl(blocks, ci, *dev));
+                     use_pdl(blocks, plan.splits, ci, *dev));
 }
 
 }  // namespace dsv4::cuda

@@ -93,12 +93,12 @@ GemmConfig choose_gemm_config(int rows_hint);
 // limited by the workspace.
 int choose_splits(int base_blocks, int kg, int64_t rows, int n, double weight_bytes, const GemmConfigInfo& ci,
                   const DeviceInfo& dev, size_t partial_floats, int n_counters);
-// Whether a grid of `blocks` is launched as a programmatic dependent (PDL, SM90): only grids that
-// fill the GPU. A smaller grid would let the next kernels' blocks move in early and hold SM slots
-// while they wait (measured on H200: slower than no PDL).
-bool use_pdl(int64_t blocks, const GemmConfigInfo& ci, const DeviceInfo& dev);
+// Whether a grid of `blocks` is launched as a programmatic dependent (PDL, SM90). Not for an
+// unsplit grid smaller than the GPU: its long-running blocks would share the SMs with the next
+// kernels' early blocks (H200: wq_b M = 16 unsplit, 11.3 us without PDL, 15.4 us with).
+bool use_pdl(int64_t blocks, int splits, const GemmConfigInfo& ci, const DeviceInfo& dev);
 
-// pdl: programmatic dependent launch (common/pdl.cuh); callers pass pdl_supported(device).
+// pdl: programmatic dependent launch (common/pdl.cuh); callers pass use_pdl(...).
 Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl);
 
 }  // namespace dsv4::cuda::w4a16_detail
