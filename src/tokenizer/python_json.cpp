@@ -19,7 +19,7 @@ std::string python_float_repr(double v) {
   std::string out;
   size_t i = 0;
   if (sci[0] == '-') {
-    out = "-";
+    out.push_back('-');
     i = 1;
   }
   const size_t e_pos = sci.find('e');
