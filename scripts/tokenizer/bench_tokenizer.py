@@ -134,7 +134,9 @@ def main():
         with open(args.results, "w", encoding="utf-8") as f:
             f.write("# Tokenizer encode throughput: dsv4_tokenizer vs HF tokenizers\n\n")
             f.write(f"- date: {datetime.date.today().isoformat()}\n")
-            f.write(f"- machine: {cpu}, {os.cpu_count()} logical CPUs (shared), {platform.platform()}\n")
+            f.write(f"- machine: {cpu}, {os.cpu_count()} logical CPUs, {platform.platform()}\n")
+            f.write(f"- load average at the end of the run (1/5/15 min): {' / '.join(f'{x:.2f}' for x in os.getloadavg())}"
+                    " (other jobs share the machine; both tokenizers ran under the same load)\n")
             f.write(f"- git commit: {commit}\n")
             f.write(f"- command: `python3 {' '.join(sys.argv)}`\n")
             f.write("- build: CMake Release, g++ 12; HF from the PyPI wheel\n")
