@@ -197,7 +197,7 @@ def main():
 
     # Decode goldens: random ids, biased towards single-byte tokens that split UTF-8 sequences.
     vocab_size = tok_special.get_vocab_size(with_added_tokens=True)
-    byte_tokens = [i for t, i in tok_special.get_vocab(with_added_tokens=False).items() if len(t) == 1]
+    byte_tokens = sorted(i for t, i in tok_special.get_vocab(with_added_tokens=False).items() if len(t) == 1)
     decode_path = args.out.rsplit("/", 1)[0] + "/decode.jsonl"
     with open(decode_path, "w", encoding="utf-8") as out:
         for k in range(400):
