@@ -10,5 +10,7 @@ void register_inspect(CLI::App& app, int& exit_code);
 void register_logits(CLI::App& app, int& exit_code);
 void register_make_model(CLI::App& app, int& exit_code);
 void register_tokenizer_commands(CLI::App& app, int& exit_code);  // tokenize, detokenize
+void register_serve(CLI::App& app, int& exit_code);
+void register_generate(CLI::App& app, int& exit_code);
 
 }  // namespace dsv4::cli

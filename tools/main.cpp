@@ -14,6 +14,10 @@ int main(int argc, char** argv) {
 #ifdef DSV4_HAVE_TOKENIZER
   dsv4::cli::register_tokenizer_commands(app, exit_code);
 #endif
+#ifdef DSV4_HAVE_SERVER
+  dsv4::cli::register_serve(app, exit_code);
+  dsv4::cli::register_generate(app, exit_code);
+#endif
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -1,0 +1,77 @@
+// scheduler.h: decides which requests run in the next step and how many tokens each feeds.
+// Pure host logic over the KV block and slot pools: it never touches device memory; its only
+// output is a StepPlan.
+//
+// Policy (one step):
+//  1. Decodes first: every running request with one token to feed, oldest first, so new prompts
+//     never stall the ones already streaming (inter-token latency stays flat).
+//  2. Then running prefills (a prompt being fed in chunks), oldest first, within what is left of
+//     max_num_batched_tokens.
+//  3. Then admissions from the wait queue, FIFO, while tokens, slots and blocks remain. A request
+//     is admitted only when the pool can hold its whole prompt now; a prompt longer than the
+//     budget is fed in chunks over several steps. The head of the queue is never overtaken, so
+//     big requests cannot starve.
+//  Preemption: a decode that crosses into a new 256-token block when none is free preempts the
+//  most recently admitted running request (possibly itself): its blocks and slot are freed and it
+//  goes back to the front of the queue with its generated tokens appended, to be recomputed
+//  (vLLM's recompute policy). Its stream is untouched; the counter-based sampler draws the same
+//  tokens again. Nothing is admitted in a step that preempted. Because max_model_len fits in the
+//  pool, the oldest request can always proceed, so the engine never deadlocks.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/request.h"
+#include "kvcache/block_pool.h"
+
+namespace dsv4::engine_detail {
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 32;
+  int32_t max_num_batched_tokens = 2048;
+  int32_t num_kv_blocks = 0;
+};
+
+struct ScheduledSeq {
+  Request* req = nullptr;
+  int64_t n_tokens = 0;  // fed this step, from req->n_computed
+  bool sample = false;   // the chunk reaches the end of req->tokens
+  bool decode = false;
+};
+
+struct StepPlan {
+  std::vector<ScheduledSeq> seqs;
+  std::vector<std::pair<Request*, int32_t>> preempted;  // (request, its former slot): the runner forgets them
+  int64_t n_tokens = 0;
+  int32_t n_decode = 0;
+  bool empty() const { return seqs.empty(); }
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(const SchedulerConfig& cfg);
+
+  void add(Request* r);            // joins the back of the wait queue
+  StepPlan schedule();
+  // Removes a request from wherever it is and frees its blocks and slot.
+  void remove(Request* r);
+
+  const std::deque<Request*>& waiting() const { return waiting_; }
+  const std::vector<Request*>& running() const { return running_; }
+  const kv::BlockPool& blocks() const { return blocks_; }
+  const kv::BlockPool& slots() const { return slots_; }
+
+ private:
+  void preempt(Request* r, StepPlan* plan);
+  void release_kv(Request* r);
+
+  SchedulerConfig cfg_;
+  std::deque<Request*> waiting_;
+  std::vector<Request*> running_;  // admission order, oldest first
+  kv::BlockPool blocks_;
+  kv::BlockPool slots_;
+};
+
+}  // namespace dsv4::engine_detail

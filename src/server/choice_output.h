@@ -1,0 +1,45 @@
+// choice_output.h: turns the engine's text stream of one chat choice into OpenAI message parts:
+// reasoning_content, content and tool calls, via the tokenizer's OutputParser (</think>, DSML).
+// The model's output is not always well-formed (a random model, or a real one that drifts), and
+// the parser's errors are final; then the text it had not yet emitted, and all that follows, is
+// passed through as plain text, so nothing the model wrote is lost.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/output_parser.h"
+
+namespace dsv4::server {
+
+class ChoiceParser {
+ public:
+  explicit ChoiceParser(tok::ThinkingMode mode) : parser_(mode), mode_(mode) {}
+
+  void feed(std::string_view text, tok::OutputDelta* delta);
+  void finish(tok::OutputDelta* delta);
+  // True while generated text still counts as reasoning (for usage.reasoning_tokens).
+  bool in_reasoning() const;
+  // The first parse problem ("" if none), for logs.
+  const std::string& problem() const { return problem_; }
+  int n_tool_calls() const { return n_tool_calls_; }
+
+ private:
+  void recover(tok::OutputState before, size_t before_size, size_t held_before, size_t emitted, size_t consumed,
+               tok::OutputDelta* delta);
+  void account(tok::OutputState before, size_t before_size, size_t text_size, const tok::OutputDelta& d,
+               size_t* emitted, size_t* consumed);
+
+  tok::OutputParser parser_;
+  tok::ThinkingMode mode_;
+  std::string all_;          // every byte fed
+  size_t held_ = 0;          // bytes the parser holds back (reasoning / content states)
+  size_t block_start_ = 0;   // where the DSML block began in all_
+  int n_tool_calls_ = 0;
+  bool raw_ = false;         // after a parse error: pass text through
+  bool raw_reasoning_ = false;
+  std::string problem_;
+};
+
+}  // namespace dsv4::server

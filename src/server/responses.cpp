@@ -1,0 +1,386 @@
+// responses.cpp: see responses.h. Chunk shapes follow OpenAI: the first chat chunk carries
+// delta.role, later ones reasoning_content / content / tool_calls, the last one finish_reason;
+// with include_usage every chunk has "usage": null and a usage-only chunk (choices: []) precedes
+// [DONE]. A tool call is streamed as a header delta (id, name, empty arguments) followed by an
+// arguments delta, which is how OpenAI clients accumulate them.
+#include "server/responses.h"
+
+#include <fmt/format.h>
+
+#include <random>
+
+#include "server/api_error.h"
+
+namespace dsv4::server {
+namespace {
+
+std::string token_text(const tok::Tokenizer& t, int32_t id) {
+  auto s = t.decode(std::span<const int32_t>(&id, 1), /*skip_special=*/false);
+  return s.is_ok() ? s.value() : std::string();
+}
+
+Json token_bytes_json(const tok::Tokenizer& t, int32_t id) {
+  Json b = Json::array();
+  if (t.is_valid(id))
+    for (const unsigned char c : t.token_bytes(id)) b.push_back(int(c));
+  return b;
+}
+
+// Chat logprobs entries: {token, logprob, bytes, top_logprobs: [...]}.
+void append_chat_logprobs(const tok::Tokenizer& t, const std::vector<TokenLogprob>& lps, Json* content) {
+  for (const TokenLogprob& lp : lps) {
+    Json e;
+    e["token"] = token_text(t, lp.token);
+    e["logprob"] = lp.logprob;
+    e["bytes"] = token_bytes_json(t, lp.token);
+    Json top = Json::array();
+    for (const auto& [id, l] : lp.top) {
+      Json o;
+      o["token"] = token_text(t, id);
+      o["logprob"] = l;
+      o["bytes"] = token_bytes_json(t, id);
+      top.push_back(std::move(o));
+    }
+    e["top_logprobs"] = std::move(top);
+    content->push_back(std::move(e));
+  }
+}
+
+Json usage_json(int32_t n_prompt, int32_t n_cached, int32_t n_output, int32_t n_reasoning, bool chat) {
+  Json u;
+  u["prompt_tokens"] = n_prompt;
+  u["completion_tokens"] = n_output;
+  u["total_tokens"] = n_prompt + n_output;
+  u["prompt_tokens_details"] = Json{{"cached_tokens", n_cached}};
+  if (chat) u["completion_tokens_details"] = Json{{"reasoning_tokens", n_reasoning}};
+  return u;
+}
+
+Json error_event_json(const Status& st) {
+  ApiError e = from_status(st);
+  if (e.ok()) e = server_error("unknown error");
+  return e.to_json();
+}
+
+// What both responders track: usage and the final state.
+struct Tally {
+  bool finished = false;
+  FinishReason finish = FinishReason::kNone;
+  std::string stop_reason;
+  Status error;
+  int32_t n_prompt = 0, n_cached = 0, n_output = 0;
+
+  void take_final(const TokenEvent& ev) {
+    finished = true;
+    finish = ev.finish;
+    stop_reason = ev.stop_reason;
+    error = ev.error;
+    n_prompt = ev.n_prompt_tokens;
+    n_cached = ev.n_cached_tokens;
+    n_output = ev.n_output_tokens;
+    if (finish == FinishReason::kError && error.is_ok()) error = internal_error("the request failed in the engine");
+    if (finish == FinishReason::kAbort && error.is_ok())
+      error = Status(StatusCode::kResourceExhausted, "the request was aborted");
+  }
+  Json stop_reason_json() const {
+    if (stop_reason.empty() || stop_reason == "eos") return Json();
+    if (stop_reason.starts_with("token:")) return Json(std::stoi(stop_reason.substr(6)));
+    return Json(stop_reason);
+  }
+};
+
+class ChatResponder final : public Responder {
+ public:
+  ChatResponder(const ResponseMeta& meta, tok::ThinkingMode mode, const tok::Tokenizer& t)
+      : meta_(meta), tokenizer_(t), parser_(mode) {}
+
+  void consume(std::vector<TokenEvent>& events, std::string* sse) override {
+    for (TokenEvent& ev : events) {
+      if (meta_.stream && !sent_role_) {
+        Json delta;
+        delta["role"] = "assistant";
+        delta["content"] = "";
+        sse->append(sse_data(chunk(std::move(delta), Json())));
+        sent_role_ = true;
+      }
+      // Tokens count as reasoning while the parser is still in the reasoning part.
+      if (parser_.in_reasoning()) n_reasoning_ += int32_t(ev.tokens.size());
+      tok::OutputDelta d;
+      parser_.feed(ev.text, &d);
+      if (ev.finish != FinishReason::kNone) {
+        parser_.finish(&d);
+        if (!parser_.problem().empty())
+          fmt::print(stderr, "server: {}: model output did not parse ({}); passed through as text\n", meta_.id,
+                     parser_.problem());
+        tally_.take_final(ev);
+      }
+      pending_lp_.insert(pending_lp_.end(), ev.logprobs.begin(), ev.logprobs.end());
+      emit(d, sse);
+      if (tally_.finished && meta_.stream) finish_stream(sse);
+    }
+  }
+
+  bool finished() const override { return tally_.finished; }
+  const Status& error() const override { return tally_.error; }
+
+  std::string final_body() override {
+    if (!tally_.error.is_ok()) return dump_json(error_event_json(tally_.error));
+    Json msg;
+    msg["role"] = "assistant";
+    msg["content"] = content_.empty() && !tool_calls_.empty() ? Json() : Json(content_);
+    if (!reasoning_.empty()) msg["reasoning_content"] = reasoning_;
+    if (!tool_calls_.empty()) msg["tool_calls"] = tool_calls_;
+    Json choice;
+    choice["index"] = 0;
+    choice["message"] = std::move(msg);
+    choice["logprobs"] = meta_.logprobs ? Json{{"content", all_lp_}} : Json();
+    choice["finish_reason"] = finish_reason();
+    choice["stop_reason"] = tally_.stop_reason_json();
+    Json j = head("chat.completion");
+    j["choices"] = Json::array({std::move(choice)});
+    j["usage"] = usage_json(tally_.n_prompt, tally_.n_cached, tally_.n_output, n_reasoning_, true);
+    return dump_json(j);
+  }
+
+ private:
+  Json head(const char* object) const {
+    Json j;
+    j["id"] = meta_.id;
+    j["object"] = object;
+    j["created"] = meta_.created;
+    j["model"] = meta_.model;
+    return j;
+  }
+
+  Json chunk(Json delta, Json finish) {
+    Json choice;
+    choice["index"] = 0;
+    choice["delta"] = std::move(delta);
+    Json lp;
+    if (meta_.logprobs && !pending_lp_.empty()) {
+      Json content = Json::array();
+      append_chat_logprobs(tokenizer_, pending_lp_, &content);
+      pending_lp_.clear();
+      lp["content"] = std::move(content);
+    }
+    choice["logprobs"] = std::move(lp);
+    choice["finish_reason"] = std::move(finish);
+    Json j = head("chat.completion.chunk");
+    j["choices"] = Json::array({std::move(choice)});
+    if (meta_.include_usage) j["usage"] = Json();
+    return j;
+  }
+
+  Json finish_reason() const {
+    switch (tally_.finish) {
+      case FinishReason::kStop: return tool_calls_.empty() ? "stop" : "tool_calls";
+      case FinishReason::kLength: return "length";
+      case FinishReason::kAbort: return "abort";
+      case FinishReason::kError: return "error";
+      case FinishReason::kNone: return Json();
+    }
+    return Json();
+  }
+
+  void emit(tok::OutputDelta& d, std::string* sse) {
+    if (!meta_.stream) {
+      reasoning_ += d.reasoning;
+      content_ += d.content;
+      append_chat_logprobs(tokenizer_, pending_lp_, &all_lp_);
+      pending_lp_.clear();
+      for (const auto& c : d.tool_calls) tool_calls_.push_back(tool_call_json(c, true));
+      return;
+    }
+    if (!d.reasoning.empty() || !d.content.empty()) {
+      Json delta = Json::object();
+      if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+      if (!d.content.empty()) delta["content"] = d.content;
+      sse->append(sse_data(chunk(std::move(delta), Json())));
+    }
+    for (const auto& c : d.tool_calls) {
+      const Json full = tool_call_json(c, true);
+      tool_calls_.push_back(full);
+      Json header = full;
+      header["function"]["arguments"] = "";
+      sse->append(sse_data(chunk(Json{{"tool_calls", Json::array({header})}}, Json())));
+      Json args;
+      args["index"] = full["index"];
+      args["function"] = Json{{"arguments", c.arguments}};
+      sse->append(sse_data(chunk(Json{{"tool_calls", Json::array({args})}}, Json())));
+    }
+  }
+
+  Json tool_call_json(const tok::ParsedToolCall& c, bool with_index) {
+    Json j;
+    if (with_index && meta_.stream) j["index"] = int(tool_calls_.size());
+    j["id"] = random_id("call_");
+    j["type"] = "function";
+    j["function"] = Json{{"name", c.name}, {"arguments", c.arguments}};
+    return j;
+  }
+
+  void finish_stream(std::string* sse) {
+    if (!tally_.error.is_ok()) {
+      // Streaming already answered 200; the error travels as an event (vLLM does the same).
+      sse->append(sse_data(error_event_json(tally_.error)));
+      sse->append(kSseDone);
+      return;
+    }
+    Json last = chunk(Json::object(), finish_reason());
+    last["choices"][0]["stop_reason"] = tally_.stop_reason_json();
+    sse->append(sse_data(last));
+    if (meta_.include_usage) {
+      Json u = head("chat.completion.chunk");
+      u["choices"] = Json::array();
+      u["usage"] = usage_json(tally_.n_prompt, tally_.n_cached, tally_.n_output, n_reasoning_, true);
+      sse->append(sse_data(u));
+    }
+    sse->append(kSseDone);
+  }
+
+  ResponseMeta meta_;
+  const tok::Tokenizer& tokenizer_;
+  ChoiceParser parser_;
+  Tally tally_;
+  bool sent_role_ = false;
+  int32_t n_reasoning_ = 0;
+  std::vector<TokenLogprob> pending_lp_;
+  // Non-streaming accumulators (tool_calls_ also numbers streamed calls).
+  std::string reasoning_, content_;
+  Json tool_calls_ = Json::array();
+  Json all_lp_ = Json::array();
+};
+
+class CompletionResponder final : public Responder {
+ public:
+  CompletionResponder(const ResponseMeta& meta, const tok::Tokenizer& t) : meta_(meta), tokenizer_(t) {}
+
+  void consume(std::vector<TokenEvent>& events, std::string* sse) override {
+    for (TokenEvent& ev : events) {
+      if (ev.finish != FinishReason::kNone) tally_.take_final(ev);
+      Json lp = logprobs_json(ev.logprobs);
+      text_ += ev.text;
+      if (!meta_.stream) continue;
+      if (!ev.text.empty() || !ev.logprobs.empty()) sse->append(sse_data(chunk(ev.text, std::move(lp), Json())));
+      if (tally_.finished) {
+        if (!tally_.error.is_ok()) {
+          sse->append(sse_data(error_event_json(tally_.error)));
+          sse->append(kSseDone);
+          continue;
+        }
+        Json last = chunk("", Json(), finish_reason());
+        last["choices"][0]["stop_reason"] = tally_.stop_reason_json();
+        sse->append(sse_data(last));
+        if (meta_.include_usage) {
+          Json u = head();
+          u["choices"] = Json::array();
+          u["usage"] = usage_json(tally_.n_prompt, tally_.n_cached, tally_.n_output, 0, false);
+          sse->append(sse_data(u));
+        }
+        sse->append(kSseDone);
+      }
+    }
+  }
+
+  bool finished() const override { return tally_.finished; }
+  const Status& error() const override { return tally_.error; }
+
+  std::string final_body() override {
+    if (!tally_.error.is_ok()) return dump_json(error_event_json(tally_.error));
+    Json choice;
+    choice["index"] = 0;
+    choice["text"] = text_;
+    choice["logprobs"] = meta_.logprobs ? all_lp_ : Json();
+    choice["finish_reason"] = finish_reason();
+    choice["stop_reason"] = tally_.stop_reason_json();
+    Json j = head();
+    j["choices"] = Json::array({std::move(choice)});
+    j["usage"] = usage_json(tally_.n_prompt, tally_.n_cached, tally_.n_output, 0, false);
+    return dump_json(j);
+  }
+
+ private:
+  Json head() const {
+    Json j;
+    j["id"] = meta_.id;
+    j["object"] = "text_completion";
+    j["created"] = meta_.created;
+    j["model"] = meta_.model;
+    return j;
+  }
+
+  Json chunk(const std::string& text, Json logprobs, Json finish) const {
+    Json choice;
+    choice["index"] = 0;
+    choice["text"] = text;
+    choice["logprobs"] = std::move(logprobs);
+    choice["finish_reason"] = std::move(finish);
+    Json j = head();
+    j["choices"] = Json::array({std::move(choice)});
+    if (meta_.include_usage) j["usage"] = Json();
+    return j;
+  }
+
+  Json finish_reason() const {
+    switch (tally_.finish) {
+      case FinishReason::kStop: return "stop";
+      case FinishReason::kLength: return "length";
+      case FinishReason::kAbort: return "abort";
+      case FinishReason::kError: return "error";
+      case FinishReason::kNone: return Json();
+    }
+    return Json();
+  }
+
+  // Legacy shape: {tokens, token_logprobs, top_logprobs: [{text: logprob}], text_offset}. The
+  // streamed form covers this event's tokens; all_lp_ accumulates for the final body.
+  Json logprobs_json(const std::vector<TokenLogprob>& lps) {
+    if (!meta_.logprobs || lps.empty()) return Json();
+    Json j;
+    j["tokens"] = Json::array();
+    j["token_logprobs"] = Json::array();
+    j["top_logprobs"] = Json::array();
+    j["text_offset"] = Json::array();
+    if (all_lp_.is_null()) all_lp_ = j;
+    for (const TokenLogprob& lp : lps) {
+      const std::string s = token_text(tokenizer_, lp.token);
+      Json top = Json::object();
+      for (const auto& [id, l] : lp.top) top[token_text(tokenizer_, id)] = l;
+      for (Json* dst : {&j, &all_lp_}) {
+        (*dst)["tokens"].push_back(s);
+        (*dst)["token_logprobs"].push_back(lp.logprob);
+        (*dst)["top_logprobs"].push_back(top);
+        (*dst)["text_offset"].push_back(text_offset_);
+      }
+      text_offset_ += int64_t(s.size());
+    }
+    return j;
+  }
+
+  ResponseMeta meta_;
+  const tok::Tokenizer& tokenizer_;
+  Tally tally_;
+  std::string text_;
+  Json all_lp_;
+  int64_t text_offset_ = 0;
+};
+
+}  // namespace
+
+std::string sse_data(const Json& j) { return "data: " + dump_json(j) + "\n\n"; }
+
+std::unique_ptr<Responder> make_chat_responder(const ResponseMeta& meta, tok::ThinkingMode mode,
+                                               const tok::Tokenizer& tokenizer) {
+  return std::make_unique<ChatResponder>(meta, mode, tokenizer);
+}
+
+std::unique_ptr<Responder> make_completion_responder(const ResponseMeta& meta, const tok::Tokenizer& tokenizer) {
+  return std::make_unique<CompletionResponder>(meta, tokenizer);
+}
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), uint32_t(rng()));
+}
+
+}  // namespace dsv4::server

@@ -1,0 +1,420 @@
+// server.cpp: HttpServer (server.h): routing, authentication, readiness, error answers, and the
+// response loop that moves TokenEvents to the client. Generation responses (stream or not) go out
+// through a chunked content provider, because only inside it can cpp-httplib 0.11 tell that the
+// client went away (DataSink::is_writable): the loop polls it every 50 ms while it waits for the
+// engine, and a closed connection aborts the request, which frees its KV blocks before the next
+// engine step. Streams also get ": keep-alive" comments while nothing else is sent (long prefill).
+#include "server/server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <mutex>
+#include <thread>
+
+#include "server/api_error.h"
+#include "server/json_fields.h"
+#include "server/openai_request.h"
+#include "server/prometheus.h"
+#include "server/responses.h"
+
+namespace dsv4::server {
+
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(50);
+
+int64_t unix_now() { return int64_t(std::time(nullptr)); }
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> ServerConfig::fields() const {
+  std::string names;
+  for (const std::string& n : served_model_names) names += (names.empty() ? "" : ",") + n;
+  return {
+      {"host", host},
+      {"port", fmt::format("{}", port)},
+      {"served_model_name", names},
+      {"api_key", api_key.empty() ? "" : "(set)"},
+      {"default_thinking", default_thinking ? "on" : "off"},
+      {"max_request_body_bytes", fmt::format("{}", max_request_body_bytes)},
+      {"http_threads", fmt::format("{}", http_threads)},
+      {"sse_keepalive_seconds", fmt::format("{}", sse_keepalive_seconds)},
+      {"retry_after_seconds", fmt::format("{}", retry_after_seconds)},
+      {"log_requests", log_requests ? "on" : "off"},
+  };
+}
+
+struct HttpServer::Impl {
+  explicit Impl(ServerConfig c) : config(std::move(c)) {}
+
+  ServerConfig config;
+  httplib::Server svr;
+  std::thread listen_thread;
+  int bound_port = 0;
+  int64_t started_at = unix_now();
+  std::atomic<Engine*> engine{nullptr};
+  std::atomic<const tok::Tokenizer*> tokenizer{nullptr};
+  std::mutex counters_mu;
+  ServerCounters counters;
+
+  const std::string& model_name() const {
+    static const std::string kNone = "dsv4";
+    return config.served_model_names.empty() ? kNone : config.served_model_names[0];
+  }
+
+  void send_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.status;
+    if (e.status == 503) res.set_header("Retry-After", fmt::format("{}", config.retry_after_seconds));
+    res.set_content(e.body(), "application/json");
+  }
+
+  void count_error(int status) {
+    std::lock_guard<std::mutex> lk(counters_mu);
+    ++counters.http_errors[status];
+  }
+
+  // Before the engine is ready, API routes answer 503 (the client may retry).
+  bool ready(httplib::Response& res) {
+    if (engine.load() != nullptr && tokenizer.load() != nullptr) return true;
+    send_error(res, unavailable("the model is still loading"));
+    return false;
+  }
+
+  bool authorized(const httplib::Request& req, httplib::Response& res) {
+    if (config.api_key.empty()) return true;
+    const std::string auth = req.get_header_value("Authorization");
+    if (auth == "Bearer " + config.api_key) return true;
+    send_error(res, ApiError{401, "authentication_error",
+                             auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
+                                          : "invalid API key",
+                             "", "invalid_api_key"});
+    return false;
+  }
+
+  // Parses the body as JSON; the parser's message says where it failed.
+  bool parse_body(const httplib::Request& req, httplib::Response& res, Json* j) {
+    try {
+      *j = Json::parse(req.body);
+      return true;
+    } catch (const nlohmann::json::exception& e) {
+      send_error(res, bad_request(fmt::format("the request body is not valid JSON: {}", e.what())));
+      return false;
+    }
+  }
+
+  void routes();
+  void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  void respond_events(httplib::Response& res, RequestStream stream, std::unique_ptr<Responder> responder,
+                      bool stream_mode);
+  void handle_tokenize(const httplib::Request& req, httplib::Response& res);
+  void handle_detokenize(const httplib::Request& req, httplib::Response& res);
+  Json model_card(const std::string& name) const;
+};
+
+Json HttpServer::Impl::model_card(const std::string& name) const {
+  Engine* e = engine.load();
+  Json m;
+  m["id"] = name;
+  m["object"] = "model";
+  m["created"] = started_at;
+  m["owned_by"] = "dsv4";
+  m["root"] = e != nullptr ? e->config().model_dir : "";
+  m["parent"] = nullptr;
+  if (e != nullptr) m["max_model_len"] = e->limits().max_model_len;
+  return m;
+}
+
+void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const auto arrival = Clock::now();
+  if (!authorized(req, res) || !ready(res)) return;
+  Engine& eng = *engine.load();
+  const tok::Tokenizer& tok = *tokenizer.load();
+  Json j;
+  if (!parse_body(req, res, &j)) return;
+  const RequestContext ctx{config, eng.limits(), tok};
+
+  CommonRequest* common = nullptr;
+  ChatRequest chat_req;
+  CompletionRequest completion_req;
+  ApiError err;
+  if (chat) {
+    err = parse_chat_request(j, ctx, &chat_req);
+    common = &chat_req.common;
+  } else {
+    err = parse_completion_request(j, ctx, &completion_req);
+    common = &completion_req.common;
+  }
+  if (!err.ok()) return send_error(res, err);
+
+  ResponseMeta meta;
+  meta.id = random_id(chat ? "chatcmpl-" : "cmpl-");
+  meta.created = unix_now();
+  meta.model = common->model.empty() ? model_name() : common->model;
+  meta.stream = common->stream;
+  meta.include_usage = common->include_usage;
+  meta.logprobs = common->sampling.logprobs >= 0;
+
+  GenerationRequest g;
+  g.id = meta.id;
+  g.prompt = std::move(common->prompt);
+  g.sampling = common->sampling;
+  g.stop = std::move(common->stop);
+  g.arrival = arrival;
+  auto submitted = eng.submit(std::move(g));
+  if (!submitted.is_ok()) return send_error(res, from_status(submitted.status(), chat ? "messages" : "prompt"));
+
+  std::unique_ptr<Responder> responder =
+      chat ? make_chat_responder(meta, chat_req.thinking, tok) : make_completion_responder(meta, tok);
+  respond_events(res, std::move(submitted).value(), std::move(responder), meta.stream);
+}
+
+void HttpServer::Impl::respond_events(httplib::Response& res, RequestStream stream,
+                                      std::unique_ptr<Responder> responder, bool stream_mode) {
+  struct Pending {
+    RequestStream stream;
+    std::unique_ptr<Responder> responder;
+    Clock::time_point last_write = Clock::now();
+    bool gone = false;
+  };
+  auto p = std::make_shared<Pending>(Pending{std::move(stream), std::move(responder)});
+  const auto keepalive = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(config.sse_keepalive_seconds));
+  auto client_gone = [this, p] {
+    if (p->gone || p->responder->finished()) return;
+    p->gone = true;
+    p->stream.abort();
+    std::lock_guard<std::mutex> lk(counters_mu);
+    ++counters.client_disconnects;
+  };
+  auto provider = [p, stream_mode, keepalive, client_gone](size_t, httplib::DataSink& sink) -> bool {
+    std::vector<TokenEvent> events;
+    while (!p->stream.wait(&events, kPollInterval)) {
+      if (!sink.is_writable()) {
+        client_gone();
+        return false;
+      }
+      if (stream_mode && Clock::now() - p->last_write >= keepalive) {
+        static constexpr char kKeepAlive[] = ": keep-alive\n\n";
+        if (!sink.write(kKeepAlive, sizeof(kKeepAlive) - 1)) {
+          client_gone();
+          return false;
+        }
+        p->last_write = Clock::now();
+      }
+    }
+    std::string out;
+    p->responder->consume(events, &out);
+    if (stream_mode && !out.empty()) {
+      if (!sink.write(out.data(), out.size())) {
+        client_gone();
+        return false;
+      }
+      p->last_write = Clock::now();
+    }
+    if (p->responder->finished()) {
+      if (!stream_mode) {
+        const std::string body = p->responder->final_body();
+        if (!sink.write(body.data(), body.size())) return false;
+      }
+      sink.done();
+    }
+    return true;
+  };
+  // Runs when the response ends for any reason: a request still running has lost its client.
+  auto releaser = [client_gone](bool) { client_gone(); };
+  res.status = 200;
+  if (stream_mode) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider("text/event-stream", provider, releaser);
+  } else {
+    res.set_chunked_content_provider("application/json", provider, releaser);
+  }
+}
+
+void HttpServer::Impl::handle_tokenize(const httplib::Request& req, httplib::Response& res) {
+  if (!authorized(req, res) || !ready(res)) return;
+  Engine& eng = *engine.load();
+  const tok::Tokenizer& tok = *tokenizer.load();
+  Json j;
+  if (!parse_body(req, res, &j)) return;
+  if (!j.is_object()) return send_error(res, bad_request("the request body must be a JSON object"));
+  ApiError err;
+  FieldReader f(j, &err);
+  std::string model;
+  f.str("model", &model);
+  bool want_strs = false;
+  f.boolean("return_token_strs", &want_strs);
+  if (!err.ok()) return send_error(res, err);
+  if (ApiError e = check_model(model, config); !e.ok()) return send_error(res, e);
+  const RequestContext ctx{config, eng.limits(), tok};
+  std::vector<int32_t> ids;
+  if (f.has("messages")) {
+    tok::ThinkingMode mode;
+    tok::ReasoningEffort effort;
+    bool tools = false;
+    if (ApiError e = render_chat_prompt(j, ctx, &ids, &mode, &effort, &tools); !e.ok()) return send_error(res, e);
+  } else {
+    std::string prompt;
+    if (!f.has("prompt")) return send_error(res, bad_request("send 'prompt' (a string) or 'messages'", "prompt"));
+    if (!f.str("prompt", &prompt)) return send_error(res, err);
+    auto r = tok.encode(prompt, /*parse_special=*/true);
+    if (!r.is_ok()) return send_error(res, bad_request(r.status().message(), "prompt"));
+    ids = std::move(r).value();
+  }
+  Json out;
+  out["count"] = ids.size();
+  out["max_model_len"] = eng.limits().max_model_len;
+  out["tokens"] = ids;
+  if (want_strs) {
+    Json strs = Json::array();
+    for (const int32_t id : ids) strs.push_back(tok.token_text(id));
+    out["token_strs"] = std::move(strs);
+  } else {
+    out["token_strs"] = nullptr;
+  }
+  res.set_content(dump_json(out), "application/json");
+}
+
+void HttpServer::Impl::handle_detokenize(const httplib::Request& req, httplib::Response& res) {
+  if (!authorized(req, res) || !ready(res)) return;
+  const tok::Tokenizer& tok = *tokenizer.load();
+  Json j;
+  if (!parse_body(req, res, &j)) return;
+  if (!j.is_object()) return send_error(res, bad_request("the request body must be a JSON object"));
+  ApiError err;
+  FieldReader f(j, &err);
+  std::string model;
+  f.str("model", &model);
+  std::vector<int32_t> ids;
+  if (!f.has("tokens")) return send_error(res, bad_request("'tokens' is required: an array of token ids", "tokens"));
+  f.int_list("tokens", &ids, 0, tok.n_ids() - 1, size_t(1) << 24);
+  if (!err.ok()) return send_error(res, err);
+  if (ApiError e = check_model(model, config); !e.ok()) return send_error(res, e);
+  auto text = tok.decode(ids, /*skip_special=*/false);
+  if (!text.is_ok()) return send_error(res, bad_request(text.status().message(), "tokens"));
+  Json out;
+  out["prompt"] = text.value();
+  res.set_content(dump_json(out), "application/json");
+}
+
+void HttpServer::Impl::routes() {
+  svr.Post("/v1/chat/completions",
+           [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, /*chat=*/true); });
+  svr.Post("/v1/completions",
+           [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, /*chat=*/false); });
+  svr.Post("/tokenize", [this](const httplib::Request& q, httplib::Response& r) { handle_tokenize(q, r); });
+  svr.Post("/detokenize", [this](const httplib::Request& q, httplib::Response& r) { handle_detokenize(q, r); });
+  svr.Get("/v1/models", [this](const httplib::Request& q, httplib::Response& r) {
+    if (!authorized(q, r)) return;
+    Json data = Json::array();
+    for (const std::string& n : config.served_model_names) data.push_back(model_card(n));
+    r.set_content(dump_json(Json{{"object", "list"}, {"data", data}}), "application/json");
+  });
+  svr.Get(R"(/v1/models/(.+))", [this](const httplib::Request& q, httplib::Response& r) {
+    if (!authorized(q, r)) return;
+    const std::string id = q.matches[1];
+    if (ApiError e = check_model(id, config); !e.ok()) return send_error(r, e);
+    r.set_content(dump_json(model_card(id)), "application/json");
+  });
+  svr.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
+    if (!ready(r)) return;
+    r.set_content(R"({"status":"ok"})", "application/json");
+  });
+  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
+    if (!ready(r)) return;
+    Engine& e = *engine.load();
+    ServerCounters sc;
+    {
+      std::lock_guard<std::mutex> lk(counters_mu);
+      sc = counters;
+    }
+    r.set_content(render_prometheus(e.metrics(), e.limits(), sc, model_name(), e.config().kv_dtype),
+                  "text/plain; version=0.0.4; charset=utf-8");
+  });
+
+  // httplib's own answers (unknown route, body too large, bad HTTP) become OpenAI error objects.
+  svr.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
+    count_error(r.status);
+    if (!r.body.empty()) return;
+    switch (r.status) {
+      case 404:
+        send_error(r, not_found_error(fmt::format("no route for {} {}", q.method, q.path)));
+        break;
+      case 413:
+        send_error(r, ApiError{413, "invalid_request_error",
+                               fmt::format("the request body exceeds {} bytes (--max-request-body-bytes)",
+                                           config.max_request_body_bytes),
+                               "", "request_too_large"});
+        break;
+      default:
+        send_error(r, ApiError{r.status, r.status >= 500 ? "server_error" : "invalid_request_error",
+                               fmt::format("HTTP {}", r.status), "", ""});
+    }
+  });
+  svr.set_exception_handler([this](const httplib::Request& q, httplib::Response& r, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    fmt::print(stderr, "server: exception in {} {}: {}\n", q.method, q.path, what);
+    send_error(r, server_error("internal error: " + what));
+  });
+  if (config.log_requests) {
+    svr.set_logger([](const httplib::Request& q, const httplib::Response& r) {
+      fmt::print(stderr, "http: {} {} -> {}\n", q.method, q.path, r.status);
+    });
+  }
+}
+
+HttpServer::HttpServer(ServerConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+Status HttpServer::start() {
+  Impl& m = *impl_;
+  const int threads = std::max(4, m.config.http_threads);
+  m.svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  m.svr.set_payload_max_length(size_t(m.config.max_request_body_bytes));
+  m.svr.set_keep_alive_max_count(1000);
+  m.svr.set_keep_alive_timeout(5);
+  m.svr.set_read_timeout(30);
+  m.svr.set_write_timeout(30);
+  m.svr.set_tcp_nodelay(true);
+  m.routes();
+  if (m.config.port == 0) {
+    m.bound_port = m.svr.bind_to_any_port(m.config.host);
+    if (m.bound_port <= 0) return internal_error("cannot bind {} on any port", m.config.host);
+  } else {
+    if (!m.svr.bind_to_port(m.config.host, m.config.port))
+      return internal_error("cannot bind {}:{} (in use, or not a local address?)", m.config.host, m.config.port);
+    m.bound_port = m.config.port;
+  }
+  m.listen_thread = std::thread([&m] { m.svr.listen_after_bind(); });
+  return Status::ok();
+}
+
+int HttpServer::port() const { return impl_->bound_port; }
+
+void HttpServer::set_ready(Engine* engine, const tok::Tokenizer* tokenizer) {
+  impl_->tokenizer.store(tokenizer);
+  impl_->engine.store(engine);
+}
+
+void HttpServer::stop() {
+  if (!impl_) return;
+  if (impl_->listen_thread.joinable()) {
+    impl_->svr.stop();
+    impl_->listen_thread.join();
+  }
+  impl_->engine.store(nullptr);
+}
+
+}  // namespace dsv4::server
