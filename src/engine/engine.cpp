@@ -354,6 +354,7 @@ void Engine::Impl::run() {
       wakeup->pending = false;
       continue;
     }
+    update_gauges();  // admissions are visible while the step runs
     step(plan);
   }
   // Shutting down: every request still here ends as aborted.

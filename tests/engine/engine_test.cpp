@@ -1,0 +1,254 @@
+// engine_test.cpp: the engine thread with the scripted runner and the real tokenizer: events and
+// counts, EOS / max_tokens / stop strings, continuous batching (a new request joins a running
+// decode), aborts between prefill chunks and mid-decode (blocks freed at once), dropped streams,
+// queue limits, refusals that say why, and shutdown with requests in flight.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "dsv4/engine.h"
+#include "runtime/scripted_runner.h"
+#include "test_tokenizer.h"
+
+namespace dsv4 {
+namespace {
+
+using testing_util::v4_tokenizer;
+using namespace std::chrono_literals;
+
+constexpr const char* kScript = R"({
+  "rules": [
+    {"prompt_contains": "count", "output": "one two three four five STOP six seven"},
+    {"prompt_contains": "forever", "output": " la", "eos": false}
+  ],
+  "default": {"output": "Hello from the script."}
+})";
+
+std::unique_ptr<runtime::ModelRunner> scripted(const char* json, int step_delay_ms = 0, int token_delay_us = 0) {
+  const tok::Tokenizer& t = *v4_tokenizer();
+  auto s = runtime::parse_script(json, "test", [&t](std::string_view x) { return t.encode(x, true); });
+  EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+  s->step_delay_ms = step_delay_ms;
+  s->token_delay_us = token_delay_us;
+  auto decode = [&t](std::span<const int32_t> ids) {
+    auto r = t.decode(ids, false);
+    return r.is_ok() ? r.value() : std::string();
+  };
+  return std::make_unique<runtime::ScriptedRunner>(std::move(s).value(), decode, t.n_ids(), 1, 1 << 16, "test");
+}
+
+std::unique_ptr<Engine> start(std::unique_ptr<runtime::ModelRunner> r, EngineConfig c = {}) {
+  if (c.max_model_len == 0) c.max_model_len = 4096;
+  auto e = Engine::start(c, std::move(r), v4_tokenizer());
+  EXPECT_TRUE(e.is_ok()) << e.status().to_string();
+  return std::move(e).value();
+}
+
+GenerationRequest request(const std::string& prompt, int max_tokens = 64) {
+  GenerationRequest g;
+  g.id = "t";
+  g.prompt = v4_tokenizer()->encode(prompt, true).value();
+  g.stop.max_tokens = max_tokens;
+  return g;
+}
+
+struct Collected {
+  std::string text;
+  std::vector<int32_t> tokens;
+  TokenEvent last;
+  int n_events = 0;
+};
+
+Collected collect(RequestStream& s, std::chrono::milliseconds limit = 20s) {
+  Collected c;
+  const auto deadline = Clock::now() + limit;
+  std::vector<TokenEvent> evs;
+  while (!s.done() && Clock::now() < deadline) {
+    evs.clear();
+    s.wait(&evs, 50ms);
+    for (TokenEvent& e : evs) {
+      ++c.n_events;
+      c.text += e.text;
+      c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
+      if (e.finish != FinishReason::kNone) c.last = std::move(e);
+    }
+  }
+  EXPECT_TRUE(s.done()) << "the request did not finish in time";
+  return c;
+}
+
+void expect_idle(Engine& e) {
+  // Gauges are updated at the end of each step; give the engine a moment to go idle.
+  EngineMetrics m;
+  for (int i = 0; i < 100; ++i) {
+    m = e.metrics();
+    if (m.n_running == 0 && m.n_waiting == 0 && m.kv_blocks_free == m.kv_blocks_total) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(m.n_running, 0);
+  EXPECT_EQ(m.n_waiting, 0);
+  EXPECT_EQ(m.kv_blocks_free, m.kv_blocks_total);
+  EXPECT_EQ(m.slots_free, m.slots_total);
+}
+
+TEST(Engine, GeneratesTheScriptThenEos) {
+  DSV4_REQUIRE_TOKENIZER();
+  auto e = start(scripted(kScript));
+  auto s = e->submit(request("hi there"));
+  ASSERT_TRUE(s.is_ok());
+  const Collected c = collect(*s);
+  EXPECT_EQ(c.text, "Hello from the script.");
+  EXPECT_EQ(c.last.finish, FinishReason::kStop);
+  EXPECT_EQ(c.last.stop_reason, "eos");
+  EXPECT_EQ(c.tokens.back(), 1);  // EOS is reported as a token but not as text
+  EXPECT_EQ(c.last.n_output_tokens, int32_t(c.tokens.size()));
+  EXPECT_EQ(c.last.n_prompt_tokens, int32_t(v4_tokenizer()->encode("hi there", true)->size()));
+  expect_idle(*e);
+  const EngineMetrics m = e->metrics();
+  EXPECT_EQ(m.finished_stop, 1u);
+  EXPECT_EQ(m.generation_tokens_total, c.tokens.size());
+  EXPECT_EQ(m.ttft.count, 1u);
+}
+
+TEST(Engine, MaxTokensAndStopStrings) {
+  DSV4_REQUIRE_TOKENIZER();
+  auto e = start(scripted(kScript));
+  auto s = e->submit(request("count please", 3));
+  const Collected a = collect(*s);
+  EXPECT_EQ(a.last.finish, FinishReason::kLength);
+  EXPECT_EQ(a.last.n_output_tokens, 3);
+  EXPECT_EQ(a.text, "one two three");
+
+  GenerationRequest g = request("count please");
+  g.stop.stop = {"STOP", "seven"};
+  auto t = e->submit(std::move(g));
+  const Collected b = collect(*t);
+  EXPECT_EQ(b.last.finish, FinishReason::kStop);
+  EXPECT_EQ(b.last.stop_reason, "STOP");
+  EXPECT_EQ(b.text, "one two three four five ");
+
+  g = request("count please");
+  g.stop.stop_token_ids = {v4_tokenizer()->encode(" four", false)->at(0)};
+  auto u = e->submit(std::move(g));
+  const Collected c = collect(*u);
+  EXPECT_EQ(c.last.stop_reason.rfind("token:", 0), 0u);
+  EXPECT_EQ(c.text, "one two three");
+  expect_idle(*e);
+}
+
+TEST(Engine, NewRequestsJoinRunningDecodes) {
+  DSV4_REQUIRE_TOKENIZER();
+  auto e = start(scripted(kScript, /*step_delay_ms=*/5));
+  auto a = e->submit(request("sing forever", 60));
+  ASSERT_TRUE(a.is_ok());
+  std::vector<TokenEvent> evs;
+  while (evs.empty()) a->wait(&evs, 50ms);  // a is decoding
+  auto b = e->submit(request("hi there"));
+  const Collected cb = collect(*b);
+  EXPECT_FALSE(a->done()) << "b should finish while a is still running";
+  const Collected ca = collect(*a);
+  EXPECT_EQ(cb.text, "Hello from the script.");
+  EXPECT_EQ(ca.last.finish, FinishReason::kLength);
+  const EngineMetrics m = e->metrics();
+  // Some steps decoded both sequences together.
+  EXPECT_GT(m.iteration_decode_seqs.count - m.iteration_decode_seqs.counts[0], 0u);
+  expect_idle(*e);
+}
+
+TEST(Engine, AbortBetweenPrefillChunksFreesBlocksBeforeTheNextStep) {
+  DSV4_REQUIRE_TOKENIZER();
+  EngineConfig c;
+  c.max_num_seqs = 4;
+  c.max_num_batched_tokens = 16;
+  auto e = start(scripted(kScript, 0, /*token_delay_us=*/10000), c);  // 16 tokens: 160 ms a step
+  std::string long_prompt;
+  for (int i = 0; i < 60; ++i) long_prompt += " word";
+  auto s = e->submit(request(long_prompt));
+  ASSERT_TRUE(s.is_ok());
+  while (s->queued()) std::this_thread::sleep_for(5ms);
+  std::this_thread::sleep_for(50ms);  // inside the first chunk
+  EXPECT_LT(e->metrics().kv_blocks_free, e->metrics().kv_blocks_total);
+  s->abort();
+  const Collected r = collect(*s, 5s);
+  EXPECT_EQ(r.last.finish, FinishReason::kAbort);
+  EXPECT_TRUE(r.tokens.empty());
+  const EngineMetrics m = e->metrics();
+  EXPECT_EQ(m.finished_abort, 1u);
+  EXPECT_LE(m.steps_total, 2u) << "the abort must land before the next chunk";
+  EXPECT_LT(m.computed_tokens_total, 60u);
+  EXPECT_EQ(m.abort_latency.count, 1u);
+  expect_idle(*e);
+}
+
+TEST(Engine, AbortMidDecodeAndDroppedStreams) {
+  DSV4_REQUIRE_TOKENIZER();
+  auto e = start(scripted(kScript, 2));
+  auto s = e->submit(request("sing forever", 1000));
+  std::vector<TokenEvent> evs;
+  while (evs.size() < 3) s->wait(&evs, 50ms);
+  s->abort();
+  s->abort();  // idempotent
+  const Collected r = collect(*s, 5s);
+  EXPECT_EQ(r.last.finish, FinishReason::kAbort);
+  EXPECT_LT(r.last.n_output_tokens, 100);
+  {
+    auto dropped = e->submit(request("sing forever", 1000));  // destroyed while running
+    std::vector<TokenEvent> first;
+    while (first.empty()) dropped->wait(&first, 50ms);
+  }
+  expect_idle(*e);
+  EXPECT_EQ(e->metrics().finished_abort, 2u);
+}
+
+TEST(Engine, RefusesWithReasons) {
+  DSV4_REQUIRE_TOKENIZER();
+  EngineConfig c;
+  c.max_num_seqs = 1;
+  c.max_waiting = 1;
+  c.max_model_len = 64;
+  auto e = start(scripted(kScript, 5), c);
+  GenerationRequest g = request("hi", 100);
+  auto r = e->submit(g);
+  EXPECT_EQ(r.status().code(), StatusCode::kOutOfRange);  // 2 + 100 > 64: can never fit
+  EXPECT_NE(r.status().message().find("64"), std::string::npos);
+  g.prompt.clear();
+  EXPECT_EQ(e->submit(g).status().code(), StatusCode::kInvalidArgument);
+  g = request("hi", 4);
+  g.prompt.push_back(1 << 20);
+  EXPECT_EQ(e->submit(g).status().code(), StatusCode::kInvalidArgument);
+  g = request("hi", 4);
+  g.sampling.temperature = -1.0f;
+  EXPECT_EQ(e->submit(g).status().code(), StatusCode::kInvalidArgument);
+  g = request("hi", 4);
+  g.stop.stop = {""};
+  EXPECT_EQ(e->submit(g).status().code(), StatusCode::kInvalidArgument);
+
+  // One running, one waiting: the third is refused (the queue is full), not lost.
+  auto a = e->submit(request("sing forever", 40));
+  std::vector<TokenEvent> evs;
+  while (evs.empty()) a->wait(&evs, 50ms);
+  auto b = e->submit(request("hi", 8));
+  ASSERT_TRUE(b.is_ok());
+  auto c3 = e->submit(request("hi", 4));
+  EXPECT_EQ(c3.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(collect(*b).text, "Hello from the script.");
+  collect(*a);
+  expect_idle(*e);
+  EXPECT_GE(e->metrics().refused_total, 5u);
+}
+
+TEST(Engine, ShutdownEndsOpenRequests) {
+  DSV4_REQUIRE_TOKENIZER();
+  auto e = start(scripted(kScript, 2));
+  auto a = e->submit(request("sing forever", 2000));
+  std::vector<TokenEvent> evs;
+  while (evs.empty()) a->wait(&evs, 50ms);
+  e->shutdown();
+  const Collected r = collect(*a, 5s);
+  EXPECT_EQ(r.last.finish, FinishReason::kAbort);
+  EXPECT_EQ(e->submit(request("hi")).status().code(), StatusCode::kResourceExhausted);
+  e->shutdown();  // idempotent
+}
+
+}  // namespace
+}  // namespace dsv4
