@@ -272,6 +272,7 @@ ApiError resolve_thinking(const Json& j, bool default_thinking, tok::ThinkingMod
 
 ApiError render_chat_prompt(const Json& j, const RequestContext& ctx, std::vector<int32_t>* ids,
                             tok::ThinkingMode* thinking, tok::ReasoningEffort* effort, bool* tools_offered) {
+  ids->clear();
   ApiError err;
   FieldReader f(j, &err);
   const Json* messages = f.array("messages");
@@ -327,6 +328,7 @@ ApiError render_chat_prompt(const Json& j, const RequestContext& ctx, std::vecto
 }
 
 ApiError parse_chat_request(const Json& j, const RequestContext& ctx, ChatRequest* out) {
+  *out = ChatRequest{};
   if (!j.is_object()) return bad_request(fmt::format("the request body must be a JSON object, found {}", json_kind(j)));
   if (ApiError e = parse_common(j, ctx, /*chat=*/true, &out->common); !e.ok()) return e;
   if (ApiError e = render_chat_prompt(j, ctx, &out->common.prompt, &out->thinking, &out->effort, &out->tools_offered);
@@ -336,6 +338,7 @@ ApiError parse_chat_request(const Json& j, const RequestContext& ctx, ChatReques
 }
 
 ApiError parse_completion_request(const Json& j, const RequestContext& ctx, CompletionRequest* out) {
+  *out = CompletionRequest{};
   if (!j.is_object()) return bad_request(fmt::format("the request body must be a JSON object, found {}", json_kind(j)));
   if (ApiError e = parse_common(j, ctx, /*chat=*/false, &out->common); !e.ok()) return e;
   ApiError err;

@@ -1,0 +1,227 @@
+// http_test.cpp: the HTTP server on a loopback port, driven by cpp-httplib's client, with the
+// scripted runner behind the real engine: routes, error objects for every kind of bad request
+// (and the server stays healthy), SSE framing, the API key, and a client that hangs up
+// mid-stream (its request is aborted and its blocks freed).
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/test_tokenizer.h"
+#include "runtime/scripted_runner.h"
+#include "server/server.h"
+
+namespace dsv4::server {
+namespace {
+
+using testing_util::v4_tokenizer;
+using Json = nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr const char* kScript = R"({
+  "rules": [{"prompt_contains": "forever", "output": " la", "eos": false}],
+  "default": {"output": "Hello from the script."}
+})";
+
+class HttpTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const tok::Tokenizer* t = v4_tokenizer();
+    if (t == nullptr) return;
+    auto s = runtime::parse_script(kScript, "test", [t](std::string_view x) { return t->encode(x, true); });
+    ASSERT_TRUE(s.is_ok());
+    s->step_delay_ms = 3;
+    auto runner = std::make_unique<runtime::ScriptedRunner>(
+        std::move(s).value(),
+        [t](std::span<const int32_t> ids) { return t->decode(ids, false).value(); }, t->n_ids(), 1, 1 << 16, "test");
+    EngineConfig ec;
+    ec.max_model_len = 2048;
+    ec.max_num_seqs = 8;
+    auto e = Engine::start(ec, std::move(runner), t);
+    ASSERT_TRUE(e.is_ok());
+    engine_ = std::move(e).value().release();
+    ServerConfig sc;
+    sc.port = 0;
+    sc.served_model_names = {"m"};
+    sc.max_request_body_bytes = 20000;
+    sc.http_threads = 8;
+    server_ = new HttpServer(sc);
+    ASSERT_TRUE(server_->start().is_ok());
+    server_->set_ready(engine_, t);
+  }
+  static void TearDownTestSuite() {
+    if (engine_ != nullptr) engine_->shutdown();
+    delete server_;
+    delete engine_;
+  }
+  void SetUp() override { DSV4_REQUIRE_TOKENIZER(); }
+
+  static httplib::Client client() {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_read_timeout(20, 0);
+    return c;
+  }
+  static httplib::Result post(const std::string& path, const std::string& body) {
+    return client().Post(path.c_str(), body, "application/json");
+  }
+  static void expect_error(const httplib::Result& r, int status, const std::string& type) {
+    ASSERT_TRUE(r) << "no response";
+    EXPECT_EQ(r->status, status) << r->body;
+    const Json j = Json::parse(r->body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r->body;
+    ASSERT_TRUE(j.contains("error")) << r->body;
+    EXPECT_EQ(j["error"]["type"], type) << r->body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    EXPECT_TRUE(j["error"].contains("param") && j["error"].contains("code"));
+  }
+  static void expect_idle() {
+    EngineMetrics m;
+    for (int i = 0; i < 200; ++i) {
+      m = engine_->metrics();
+      if (m.n_running == 0 && m.n_waiting == 0 && m.kv_blocks_free == m.kv_blocks_total) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_EQ(m.n_running, 0);
+    EXPECT_EQ(m.n_waiting, 0);
+    EXPECT_EQ(m.kv_blocks_free, m.kv_blocks_total);
+  }
+
+  static Engine* engine_;
+  static HttpServer* server_;
+};
+Engine* HttpTest::engine_ = nullptr;
+HttpServer* HttpTest::server_ = nullptr;
+
+TEST_F(HttpTest, HealthModelsMetrics) {
+  auto h = client().Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  auto m = client().Get("/v1/models");
+  ASSERT_TRUE(m);
+  const Json j = Json::parse(m->body);
+  EXPECT_EQ(j["data"][0]["id"], "m");
+  EXPECT_EQ(j["data"][0]["max_model_len"], 2048);
+  EXPECT_EQ(client().Get("/v1/models/m")->status, 200);
+  expect_error(client().Get("/v1/models/other"), 404, "not_found_error");
+  auto met = client().Get("/metrics");
+  ASSERT_TRUE(met);
+  EXPECT_NE(met->body.find("vllm:num_requests_running{model_name=\"m\"}"), std::string::npos);
+}
+
+TEST_F(HttpTest, ChatAndCompletions) {
+  auto r = post("/v1/chat/completions",
+                R"({"messages": [{"role": "user", "content": "hi"}], "thinking": {"type": "disabled"}})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["model"], "m");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello from the script.");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["total_tokens"], j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>());
+
+  r = post("/v1/completions", R"({"prompt": "hi", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  // data: lines only, the last is [DONE], the one before carries usage with no choices.
+  std::vector<std::string> data;
+  std::istringstream in(r->body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    ASSERT_TRUE(line.starts_with("data: ")) << line;
+    data.push_back(line.substr(6));
+  }
+  ASSERT_GE(data.size(), 3u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  const Json usage = Json::parse(data[data.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 2);
+  std::string text;
+  for (size_t i = 0; i + 2 < data.size(); ++i) {
+    const Json c = Json::parse(data[i]);
+    EXPECT_TRUE(c["usage"].is_null());
+    text += c["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, "Hello from");
+  EXPECT_EQ(Json::parse(data[data.size() - 3])["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(HttpTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
+  expect_error(post("/v1/chat/completions", "{\"messages\": ["), 400, "invalid_request_error");
+  expect_error(post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": "9"})"),
+               400, "invalid_request_error");
+  expect_error(post("/v1/chat/completions", R"({"model": "m"})"), 400, "invalid_request_error");
+  expect_error(post("/v1/chat/completions", R"({"model": "nope", "messages": [{"role": "user", "content": "x"}]})"),
+               404, "not_found_error");
+  expect_error(post("/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}"), 400,
+               "invalid_request_error");
+  expect_error(post("/v1/chat/completions", std::string(21000, ' ') + "{}"), 413, "invalid_request_error");
+  expect_error(post("/v1/nothing", "{}"), 404, "not_found_error");
+  std::string words;
+  for (int i = 0; i < 2500; ++i) words += " word";
+  auto r = post("/v1/completions", "{\"prompt\": \"" + words + "\"}");
+  expect_error(r, 400, "invalid_request_error");
+  EXPECT_EQ(Json::parse(r->body)["error"]["code"], "context_length_exceeded");
+  expect_error(post("/detokenize", R"({"tokens": [1, -5]})"), 400, "invalid_request_error");
+  EXPECT_EQ(client().Get("/health")->status, 200);
+  expect_idle();
+}
+
+TEST_F(HttpTest, TokenizeRoundTrip) {
+  auto r = post("/tokenize", R"({"prompt": "Hello world", "return_token_strs": true})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json t = Json::parse(r->body);
+  EXPECT_EQ(t["count"], t["tokens"].size());
+  EXPECT_EQ(t["token_strs"].size(), t["tokens"].size());
+  auto d = post("/detokenize", Json{{"tokens", t["tokens"]}}.dump());
+  EXPECT_EQ(Json::parse(d->body)["prompt"], "Hello world");
+  auto c = post("/tokenize", R"({"messages": [{"role": "user", "content": "hi"}]})");
+  EXPECT_GT(Json::parse(c->body)["count"].get<int>(), 3);
+}
+
+TEST_F(HttpTest, ClientHangingUpMidStreamAbortsTheRequest) {
+  const uint64_t aborts_before = engine_->metrics().finished_abort;
+  httplib::Client c = client();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = R"({"prompt": "sing forever", "max_tokens": 1500, "stream": true})";
+  req.set_header("Content-Type", "application/json");
+  int chunks = 0;
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
+  auto r = c.send(req);
+  EXPECT_GE(chunks, 3);
+  c.stop();
+  // The engine notices within a step or two; the request ends as aborted, long before 1500 tokens.
+  for (int i = 0; i < 200 && engine_->metrics().finished_abort == aborts_before; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(engine_->metrics().finished_abort, aborts_before + 1);
+  EXPECT_LT(engine_->metrics().generation_tokens_total, 1000u);
+  expect_idle();
+}
+
+TEST_F(HttpTest, ApiKey) {
+  ServerConfig sc;
+  sc.port = 0;
+  sc.served_model_names = {"m"};
+  sc.api_key = "sekret";
+  HttpServer s(sc);
+  ASSERT_TRUE(s.start().is_ok());
+  httplib::Client c("127.0.0.1", s.port());
+  expect_error(c.Get("/health"), 503, "service_unavailable_error");  // not ready yet
+  expect_error(c.Post("/v1/completions", {{"Authorization", "Bearer sekret"}}, R"({"prompt": "x"})", "application/json"),
+               503, "service_unavailable_error");
+  EXPECT_EQ(c.Get("/health")->get_header_value("Retry-After"), "1");
+  s.set_ready(engine_, v4_tokenizer());
+  expect_error(c.Get("/v1/models"), 401, "authentication_error");
+  expect_error(c.Get("/v1/models", {{"Authorization", "Bearer wrong"}}), 401, "authentication_error");
+  EXPECT_EQ(c.Get("/v1/models", {{"Authorization", "Bearer sekret"}})->status, 200);
+  EXPECT_EQ(c.Get("/health")->status, 200);  // probes need no key
+  s.stop();
+}
+
+}  // namespace
+}  // namespace dsv4::server
