@@ -388,6 +388,12 @@ Status HttpServer::start() {
   m.svr.set_read_timeout(30);
   m.svr.set_write_timeout(30);
   m.svr.set_tcp_nodelay(true);
+  // httplib's default also sets SO_REUSEPORT, which lets a second server bind the same port and
+  // silently share its traffic; a port in use must be an error.
+  m.svr.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
+  });
   m.routes();
   if (m.config.port == 0) {
     m.bound_port = m.svr.bind_to_any_port(m.config.host);
