@@ -111,7 +111,12 @@ TEST_P(GoldenTest, Fp32MatchesTransformersOneShotAndChunked) {
   std::printf("[golden] %s/%s fp32 vs HF: max|err| %.3g (bound %.3g), max|logit| %.3g\n", GetParam().config.c_str(),
               GetParam().layout.c_str(), d.max_abs, bound, max_abs(l.golden));
   EXPECT_LE(d.max_abs, bound);
-  for (int64_t chunk : {1, 7, 64}) {
+#ifdef DSV4_SANITIZE_BUILD
+  const std::vector<int64_t> chunks = {7};
+#else
+  const std::vector<int64_t> chunks = {1, 7, 64};
+#endif
+  for (int64_t chunk : chunks) {
     const std::vector<float> c = run(l, Numerics::fp32(), chunk);
     const Diff dc = diff(c, full, l.cfg.vocab_size);
     EXPECT_LE(dc.max_abs, bound) << "chunk " << chunk;
@@ -172,6 +177,9 @@ TEST_P(GoldenTest, Bf16ModeErrorAgainstFp32IsBounded) {
       {"+ fp4 indexer (bf16 mode)", Numerics::bf16_gpu(), 0.08f},
   };
   for (const Variant& v : variants) {
+#ifdef DSV4_SANITIZE_BUILD
+    if (!(v.n == Numerics::bf16_gpu())) continue;
+#endif
     ForwardTrace tr;
     const std::vector<float> out = run(l, v.n, T, &tr);
     const Diff d = diff(out, ref, V);

@@ -77,7 +77,12 @@ TEST(Reference, ChunkedPrefillAndDecodeEqualOneShot) {
     CpuModel m(t.cfg, *t.w, n);
     std::vector<float> ref_l, ref_h;
     run_chunked(m, ids, 150, ref_l, ref_h);
-    for (int64_t chunk : {1, 5, 16, 33, 149}) {
+#ifdef DSV4_SANITIZE_BUILD
+    const std::vector<int64_t> chunks = {33};
+#else
+    const std::vector<int64_t> chunks = {1, 5, 16, 33, 149};
+#endif
+    for (int64_t chunk : chunks) {
       std::vector<float> l, h;
       run_chunked(m, ids, chunk, l, h);
       EXPECT_EQ(l, ref_l) << n.name() << " chunk " << chunk;
