@@ -8,6 +8,7 @@
 #include "base/npy.h"
 #include "tokenizer/chat_encoding.h"
 #include "tools/commands.h"
+#include "tools/token_ids.h"
 #include "tools/serve_setup.h"
 
 namespace dsv4::cli {
@@ -22,26 +23,6 @@ struct GenerateArgs {
   int64_t seed = -1;
   std::vector<std::string> stop;
 };
-
-Result<std::vector<int32_t>> parse_ids(const std::string& arg) {
-  if (arg.find_first_not_of("0123456789, ") == std::string::npos) {
-    std::vector<int32_t> ids;
-    size_t i = 0;
-    while (i < arg.size()) {
-      const size_t j = std::min(arg.find(',', i), arg.size());
-      const std::string t = arg.substr(i, j - i);
-      if (t.find_first_not_of(' ') != std::string::npos) {
-        if (t.size() > 9) return invalid_argument("token id '{}' is too large", t);
-        ids.push_back(std::stoi(t));
-      }
-      i = j + 1;
-    }
-    return ids;
-  }
-  DSV4_ASSIGN_OR_RETURN(NpyArray arr, read_npy(arg));
-  if (arr.shape.size() != 1) return invalid_argument("token ids must be a 1-D array [T]");
-  return arr.as_int32();
-}
 
 int fail(const Status& st) {
   fmt::print(stderr, "generate: {}\n", st.to_string());
@@ -62,7 +43,7 @@ int run_generate(GenerateArgs a) {
   if (!tokenizer.is_ok()) return fail(tokenizer.status());
   std::vector<int32_t> ids;
   if (!a.token_ids.empty()) {
-    auto r = parse_ids(a.token_ids);
+    auto r = read_token_ids(a.token_ids);
     if (!r.is_ok()) return fail(r.status());
     ids = std::move(r).value();
   } else {

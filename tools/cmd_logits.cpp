@@ -10,32 +10,11 @@
 #include "model/config.h"
 #include "model/weights.h"
 #include "tools/commands.h"
+#include "tools/token_ids.h"
 
 namespace dsv4::cli {
 
 namespace {
-
-// An int32/int64 .npy [T], or the ids written out: "0,5,17".
-Result<std::vector<int32_t>> read_token_ids(const std::string& arg) {
-  if (arg.find_first_not_of("0123456789, ") == std::string::npos) {
-    std::vector<int32_t> ids;
-    size_t i = 0;
-    while (i < arg.size()) {
-      const size_t j = std::min(arg.find(',', i), arg.size());
-      const std::string tok = arg.substr(i, j - i);
-      if (tok.find_first_not_of(' ') != std::string::npos) {
-        if (tok.size() > 9) return invalid_argument("token id '{}' is too large", tok);
-        ids.push_back(std::stoi(tok));
-      }
-      i = j + 1;
-    }
-    return ids;
-  }
-  DSV4_ASSIGN_OR_RETURN(NpyArray arr, read_npy(arg));
-  if (arr.shape.size() != 1)
-    return invalid_argument("token ids must be a 1-D array [T], found shape of rank {}", arr.shape.size());
-  return arr.as_int32();
-}
 
 struct LogitsArgs {
   std::string model, ids, out, numerics = "fp32", device = "cpu";
