@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # run_h200.sh: what one call on the GPU machine runs (device tool): the CUDA tests, an ncu
-# profile of the main kernels, and the W4A16 benchmark with its PyTorch peer; logs and results go
-# to $OUT. The binaries are built on the development machine (cmake --build build-h200, sm_90)
-# and carried in .carry/bin, with libfmt/libgomp in .carry/lib.
-# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, prof, quick, full)
+# profile of the main kernels, the decode lab sweeps and the W4A16 benchmark with its PyTorch
+# peer; logs and results go to $OUT. The binaries are built on the development machine
+# (cmake --build build-h200, sm_90) and carried in .carry/bin, with libfmt/libgomp in .carry/lib.
+# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, prof, lab, quick, full, torch)
+#   lab: forced decode launches (dense wq_b/wo_b at M = 1, 16, 32; wq_a, w2, w13 at M = 1, 16; the
+#        MoE GEMMs at M = 1), every configuration x split-K x ring depth x L2 window.
+#   quick/full: the benchmark (quick: M = 1, 16, 4096); torch: its PyTorch int4 peer and the table.
 set -uo pipefail
 COMMIT=${1:-unknown}
 STEPS=${2:-tests,full}
@@ -27,17 +30,23 @@ if has tests; then
 fi
 if has prof; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-  timeout 240 "$NCU" --clock-control none --kernel-name regex:"w4a16_gemm|moe_route|copy_kernel" \
+  timeout 240 "$NCU" --clock-control none --kernel-name regex:"w4a16_|moe_route|copy_kernel" \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
     --section Occupancy --section LaunchStats \
     $BIN/w4a16_bench --profile --out /tmp/prof.json > "$OUT/ncu.txt" 2>&1; echo "ncu rc=$?"
-  grep -E "w4a16_gemm|moe_route|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Registers Per|Achieved Occupancy|No Eligible" "$OUT/ncu.txt" | head -60
+  grep -E "w4a16_|moe_route|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Registers Per|Achieved Occupancy|No Eligible" "$OUT/ncu.txt" | head -60
+fi
+if has lab; then
+  $BIN/w4a16_bench --lab --no-dense --moe-ms 1 --out "$OUT/lab.json" --commit "$COMMIT" > "$OUT/lab.log" 2>&1
+  echo "lab rc=$?"; grep -E "^lab .* \*$|^moe " "$OUT/lab.log" | head -40
 fi
 if has quick || has full; then
   Q=""; has quick && Q="--quick"
   CMD="bash bench/run_h200.sh $COMMIT $STEPS"
   $BIN/w4a16_bench --out "$OUT/bench_cpp.json" --commit "$COMMIT" --command "$CMD" $Q > "$OUT/bench.log" 2>&1
   echo "bench rc=$?"; cat "$OUT/bench.log" | cut -c1-150
-  PYTHONUNBUFFERED=1 python3 bench/w4a16_torch_peer.py --cpp "$OUT/bench_cpp.json" --out "$OUT/w4a16_h200.json" \
-    --md "$OUT/w4a16_h200.md" --command "$CMD" $Q > "$OUT/torch_peer.log" 2>&1; echo "torch peer rc=$?"
+  if has torch; then
+    PYTHONUNBUFFERED=1 timeout 200 python3 bench/w4a16_torch_peer.py --cpp "$OUT/bench_cpp.json" --out "$OUT/w4a16_h200.json" \
+      --md "$OUT/w4a16_h200.md" --command "$CMD" $Q > "$OUT/torch_peer.log" 2>&1; echo "torch peer rc=$?"
+  fi
 fi

@@ -28,7 +28,7 @@
 #include "cuda/moe/moe.h"
 #include "cuda/testing/bandwidth.h"
 #include "cuda/testing/random_gptq.h"
-#include "cuda/w4a16/gemm_internal.h"  // lab: forced split-K / PDL sweep
+#include "cuda/w4a16/gemm_internal.h"  // lab: forced decode launches
 #include "cuda/w4a16/w4a16.h"
 
 using namespace dsv4;
@@ -220,9 +220,9 @@ json bench_dense(Ctx& c, const Shape& sh, const std::vector<int>& ms) {
   return rows;
 }
 
-// Lab data for the heuristics: the decode configuration at forced split-K factors, with and
-// without programmatic dependent launch.
-json bench_split_sweep(Ctx& c, const Shape& sh) {
+// Lab data for the decode heuristics: every decode configuration at forced split-K factors and
+// ring depths, with and without programmatic dependent launch, through the internal launcher.
+json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool both_pdl) {
   using namespace w4a16_detail;
   const size_t qb = w4a16_qweight_bytes(sh.n, sh.k), sb = w4a16_scales_bytes(sh.n, sh.k);
   const int sets = sets_for(qb + sb, c.dev->l2_bytes);
@@ -236,45 +236,57 @@ json bench_split_sweep(Ctx& c, const Shape& sh) {
     CKS(repack_gptq_int4(GptqInt4Tensor{gq.as<int32_t>(), gs.as<__half>(), sh.n, sh.k}, q.back().as<uint32_t>(),
                          s.back().as<__half>(), sh.n, RepackPlacement::concat(0), c.s));
   }
-  DeviceBuffer x = alloc(size_t(16) * sh.k * 2), y = alloc(size_t(16) * sh.n * 2);
-  CKS(testing::fill_random_bf16(x.as<__nv_bfloat16>(), int64_t(16) * sh.k, 6, 1.0f, c.s));
+  DeviceBuffer x = alloc(size_t(32) * sh.k * 2), y = alloc(size_t(32) * sh.n * 2);
+  CKS(testing::fill_random_bf16(x.as<__nv_bfloat16>(), int64_t(32) * sh.k, 6, 1.0f, c.s));
   CK(cudaStreamSynchronize(c.s));
-  auto ci = gemm_config_info(GemmConfig::kM16);
-  CKS(ci.status());
   const W4A16WorkspaceView ws = c.ws.view();
   json rows = json::array();
-  for (int m : {1, 16})
-    for (int pdl : {0, 1})
-      for (int splits : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
-        if (splits > sh.k / 128) continue;
-        const int gx = (sh.n + ci->block_n - 1) / ci->block_n;
-        if (size_t(gx) * splits * ci->block_m * ci->block_n > ws.partial_floats) continue;
-        const int calls = sets * std::max(1, 40 / sets);
-        const double us = time_graph(c.s, calls, [&](int i) {
-          GemmKernelArgs a;
-          a.mode = GemmMode::kDense;
-          a.a = x.as<__nv_bfloat16>();
-          a.lda = sh.k;
-          a.m = m;
-          a.w = reinterpret_cast<const uint4*>(q[size_t(i % sets)].as<uint32_t>());
-          a.s = s[size_t(i % sets)].as<__half>();
-          a.n = sh.n;
-          a.k = sh.k;
-          a.splits = splits;
-          a.c = y.as<__nv_bfloat16>();
-          a.ldc = sh.n;
-          a.partials = ws.partials;
-          a.counters = ws.counters;
-          CKS(launch_gemm(GemmConfig::kM16, a, dim3(gx, splits, 1), c.s, pdl != 0 && pdl_supported(*c.dev)));
-        });
-        std::printf("sweep %-6s M=%-3d pdl=%d splits=%-3d %8.2f us %6.0f GB/s\n", sh.name.c_str(), m, pdl, splits, us,
-                    double(qb + sb) / (us * 1e-6) / 1e9);
-        rows.push_back({{"shape", sh.name}, {"m", m}, {"pdl", pdl}, {"splits", splits}, {"us", us}});
-      }
+  for (int m : ms) {
+    auto chosen = plan_dense_launch(m, sh.n, sh.k, ws);
+    CKS(chosen.status());
+    for (int cfg = 0; cfg < kNumDecodeConfigs; ++cfg) {
+      auto ci = gemm_config_info(GemmConfig(cfg));
+      CKS(ci.status());
+      if (ci->block_m < m || (m <= 16 && ci->block_m > 16)) continue;
+      for (int splits : {1, 2, 4, 8, 16})
+        for (int stages : {2, 3, 4})
+          for (int pdl : {0, 1}) {
+            if (pdl == 0 && !both_pdl) continue;
+            GemmLaunch l;
+            l.cfg = GemmConfig(cfg);
+            l.splits = splits;
+            l.stages = stages;
+            if (!complete_launch(&l, *ci, 1, m, sh.n, sh.k, *c.dev)) continue;
+            if (l.splits > 1 && size_t(l.grid.x) * splits * ci->block_m * ci->block_n > ws.partial_floats) continue;
+            l.pdl = pdl != 0 && pdl_supported(*c.dev);
+            const int calls = sets * std::max(1, 40 / sets);
+            const double us = time_graph(c.s, calls, [&](int i) {
+              W4A16GemmArgs a;
+              a.x = x.as<__nv_bfloat16>();
+              a.ldx = sh.k;
+              a.m = m;
+              a.w = W4A16Weight{q[size_t(i % sets)].as<uint32_t>(), s[size_t(i % sets)].as<__half>(), sh.n, sh.k};
+              a.y = y.as<__nv_bfloat16>();
+              a.ldy = sh.n;
+              CKS(launch_dense(a, l, ws, c.s));
+            });
+            const int bps = decode_blocks_per_sm(*ci, l.smem, *c.dev);
+            const bool is_chosen = chosen->cfg == l.cfg && chosen->splits == splits && chosen->stages == stages &&
+                                   chosen->pdl == l.pdl;
+            std::printf("lab %-6s M=%-3d %-8s S=%-2d st=%d pdl=%d smem=%6zu bps=%d blocks=%-4u %8.2f us %6.0f GB/s%s\n",
+                        sh.name.c_str(), m, w4a16_config_name(cfg), splits, stages, pdl, l.smem, bps,
+                        l.grid.x * l.grid.y * l.grid.z, us, double(qb + sb) / (us * 1e-6) / 1e9, is_chosen ? " *" : "");
+            rows.push_back({{"shape", sh.name}, {"m", m}, {"config", w4a16_config_name(cfg)}, {"splits", splits},
+                            {"stages", stages}, {"pdl", pdl}, {"smem", l.smem},
+                            {"blocks_per_sm", bps}, {"blocks", l.grid.x * l.grid.y * l.grid.z}, {"us", us},
+                            {"chosen", is_chosen}});
+          }
+    }
+  }
   return rows;
 }
 
-json bench_moe(Ctx& c, const std::vector<int>& ms) {
+json bench_moe(Ctx& c, const std::vector<int>& ms, const std::vector<int>& lab_ms, json* lab_rows) {
   constexpr int H = 4096, I = 2048, E = 256, K = 6;
   const int kLayers = g_profile ? 1 : 2, kInputs = g_profile ? 1 : 8;
   const size_t q13 = w4a16_qweight_bytes(2 * I, H), s13 = w4a16_scales_bytes(2 * I, H);
@@ -393,14 +405,65 @@ json bench_moe(Ctx& c, const std::vector<int>& ms) {
     std::fflush(stdout);
     rows.push_back(r);
   }
+  // Lab: forced launches of the two GEMMs (gate/up swept with down fixed, then down with the
+  // best gate/up), for the decode heuristics.
+  for (int m : lab_ms) {
+    auto time_with = [&](const MoeDiagnosticLaunches& d) {
+      MoeArgs a0{xs[0].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
+      if (!moe_forward(weights(0), a0, ws, c.s, &d).is_ok()) return -1.0;
+      CK(cudaStreamSynchronize(c.s));
+      return time_graph(c.s, kInputs * 2, [&](int i) {
+        MoeArgs a{xs[size_t(i % kInputs)].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
+        CKS(moe_forward(weights(i % kLayers), a, ws, c.s, &d));
+      });
+    };
+    MoeDiagnosticLaunches best{1, 1, 2, 1, 1, 2};
+    double best_us = 1e30;
+    for (int pass = 0; pass < 2; ++pass)
+      for (int cfg = 0; cfg < 3; ++cfg)
+        for (int splits : {1, 2})
+          for (int stages : {2, 3, 4}) {
+            MoeDiagnosticLaunches d = best;
+            if (pass == 0) d = {cfg, splits, stages, 1, 1, 2};
+            else d = {best.up_config, best.up_splits, best.up_stages, cfg, splits, stages};
+            const double us = time_with(d);
+            if (us < 0) continue;
+            std::printf("lab moe M=%-3d up %-8s S=%d st=%d down %-8s S=%d st=%d %8.2f us\n", m,
+                        w4a16_config_name(d.up_config), d.up_splits, d.up_stages, w4a16_config_name(d.down_config),
+                        d.down_splits, d.down_stages, us);
+            std::fflush(stdout);
+            lab_rows->push_back(
+                {{"m", m},
+                 {"up", {w4a16_config_name(d.up_config), d.up_splits, d.up_stages}},
+                 {"down", {w4a16_config_name(d.down_config), d.down_splits, d.down_stages}},
+                 {"us", us}});
+            if (us < best_us) {
+              best_us = us;
+              best = d;
+            }
+          }
+  }
   return rows;
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> v;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const size_t e = s.find(',', pos);
+    v.push_back(std::stoi(s.substr(pos, e == std::string::npos ? std::string::npos : e - pos)));
+    if (e == std::string::npos) break;
+    pos = e + 1;
+  }
+  return v;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string out = "w4a16_bench.json", commit = "unknown", command;
-  bool quick = false, dense = true, moe = true;
+  std::string out = "w4a16_bench.json", commit = "unknown", command, only_shapes;
+  bool quick = false, dense = true, moe = true, lab = false;
+  std::vector<int> ms_arg, moe_ms_arg, lab_ms = {1, 16, 32}, moe_lab_ms = {1};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--out" && i + 1 < argc) out = argv[++i];
@@ -410,8 +473,18 @@ int main(int argc, char** argv) {
     else if (a == "--profile") g_profile = quick = true;
     else if (a == "--no-moe") moe = false;
     else if (a == "--no-dense") dense = false;
+    else if (a == "--lab") lab = true;
+    else if (a == "--ms" && i + 1 < argc) ms_arg = parse_list(argv[++i]);
+    else if (a == "--moe-ms" && i + 1 < argc) moe_ms_arg = parse_list(argv[++i]);
+    else if (a == "--shapes" && i + 1 < argc) {
+      only_shapes = ",";
+      only_shapes += argv[++i];
+      only_shapes += ",";
+    }
     else {
-      std::fprintf(stderr, "usage: %s [--out FILE] [--commit SHA] [--command STR] [--quick] [--profile] [--no-moe] [--no-dense]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--out FILE] [--commit SHA] [--command STR] [--quick] [--profile] [--no-moe] [--no-dense]\n"
+                   "          [--lab] [--ms 1,16,..] [--moe-ms 1,..] [--shapes wq_b,wo_b,..]\n",
                    argv[0]);
       return 2;
     }
@@ -442,18 +515,24 @@ int main(int argc, char** argv) {
   const std::vector<Shape> shapes = {{"wq_a", 1024, 4096},   {"wq_b", 32768, 1024}, {"wkv", 512, 4096},
                                      {"wo_b", 4096, 8192},   {"idx_wq_b", 8192, 1024}, {"w1_w3", 2048, 4096},
                                      {"w2", 4096, 2048},     {"wq_a+wkv", 1536, 4096}, {"w13_gateup", 4096, 4096}};
-  const std::vector<int> ms = quick ? std::vector<int>{1, 16, 4096}
-                                    : std::vector<int>{1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096};
-  json dense_rows = json::array(), moe_rows = json::array(), sweep_rows = json::array();
-  if (!g_profile)
+  std::vector<int> ms = quick ? std::vector<int>{1, 16, 4096} : std::vector<int>{1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096};
+  if (!ms_arg.empty()) ms = ms_arg;
+  std::vector<int> moe_ms = quick ? std::vector<int>{1, 16, 4096} : std::vector<int>{1, 2, 4, 8, 16, 32, 64, 512, 4096};
+  if (!moe_ms_arg.empty()) moe_ms = moe_ms_arg;
+  json dense_rows = json::array(), moe_rows = json::array(), lab_rows = json::array(), moe_lab_rows = json::array();
+  if (lab && !g_profile) {
     for (const Shape& sh : {shapes[1], shapes[3]})
-      for (auto& r : bench_split_sweep(c, sh)) sweep_rows.push_back(r);
+      for (auto& r : bench_decode_lab(c, sh, lab_ms, false)) lab_rows.push_back(r);
+    for (const Shape& sh : {shapes[0], shapes[6], shapes[8]})
+      for (auto& r : bench_decode_lab(c, sh, {1, 16}, false)) lab_rows.push_back(r);
+  }
   if (dense)
     for (const Shape& sh : shapes) {
       if (g_profile && sh.name != "wq_b" && sh.name != "wo_b") continue;
+      if (!only_shapes.empty() && only_shapes.find("," + sh.name + ",") == std::string::npos) continue;
       for (auto& r : bench_dense(c, sh, ms)) dense_rows.push_back(r);
     }
-  if (moe) moe_rows = bench_moe(c, quick ? std::vector<int>{1, 16, 4096} : std::vector<int>{1, 2, 4, 8, 16, 32, 64, 512, 4096});
+  if (moe) moe_rows = bench_moe(c, moe_ms, lab && !g_profile ? moe_lab_ms : std::vector<int>{}, &moe_lab_rows);
 
   const Ceilings ceil1 = g_profile ? ceil0 : measure_ceilings(c);  // again at the end: the clocks did not drift
   std::printf("copy bandwidth at the end: %.0f GB/s\n", ceil1.copy_gbs());
@@ -484,7 +563,8 @@ int main(int argc, char** argv) {
             {"copy_gbs_end", ceil1.copy_gbs()},
             {"dense", dense_rows},
             {"moe", moe_rows},
-            {"lab_split_sweep", sweep_rows}};
+            {"lab_decode", lab_rows},
+            {"lab_moe", moe_lab_rows}};
   std::ofstream(out) << j.dump(1) << "\n";
   std::printf("wrote %s\n", out.c_str());
   cublasDestroy(c.blas);

@@ -68,6 +68,7 @@ struct MoeSetup {
 MoeSetup& setup() {
   static std::unique_ptr<MoeSetup> s;
   if (s) return *s;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the per-case lines survive an abort in a later case
   s = std::make_unique<MoeSetup>();
   const size_t q13 = w4a16_qweight_bytes(2 * kInter, kHidden), s13 = w4a16_scales_bytes(2 * kInter, kHidden);
   const size_t q2 = w4a16_qweight_bytes(kHidden, kInter), s2 = w4a16_scales_bytes(kHidden, kInter);
@@ -210,7 +211,7 @@ struct RunResult {
 constexpr int64_t kLdy = kHidden + 64;
 
 RunResult run_moe(const MoeLayerWeights& w, const std::vector<float>& x, const std::vector<int32_t>& tokens, int m,
-                  cudaStream_t stream = nullptr) {
+                  cudaStream_t stream = nullptr, const MoeDiagnosticLaunches* diag = nullptr) {
   MoeSetup& s = setup();
   DeviceBuffer dx = upload_vector(to_bf16(x));
   DeviceBuffer dt = upload_vector(tokens.empty() ? std::vector<int32_t>(1, 0) : tokens);
@@ -223,8 +224,9 @@ RunResult run_moe(const MoeLayerWeights& w, const std::vector<float>& x, const s
   a.m = m;
   a.y = dy.as<__nv_bfloat16>();
   a.ldy = kLdy;
-  const Status st = moe_forward(w, a, s.ws, stream);
-  DSV4_CHECK(st.is_ok(), "{}", st.to_string());
+  const Status st = moe_forward(w, a, s.ws, stream, diag);
+  // A rejected launch fails this test only (the output stays poisoned and every check after fails).
+  EXPECT_TRUE(st.is_ok()) << "M=" << m << ": " << st.to_string();
   DSV4_CHECK(cudaDeviceSynchronize() == cudaSuccess, "moe_forward: {}", cudaGetErrorString(cudaGetLastError()));
   RunResult r;
   r.y = download<uint16_t>(dy.get(), size_t(m) * kLdy);
@@ -381,6 +383,36 @@ TEST(MoeRouting, ExactTiesGoToTheLowestExpertIndex) {
       EXPECT_EQ(routes[size_t(t)].ids[k], want[k]) << "reference, token " << t;
       EXPECT_EQ(r.ids[size_t(t) * kTopK + k], want[k]) << "token " << t;
       EXPECT_NEAR(r.w[size_t(t) * kTopK + k], kRouteScale / kTopK, 1e-6) << "token " << t;
+    }
+  }
+}
+
+// The decode GEMM launches the heuristics may pick for the two MoE GEMMs (configuration, split-K,
+// ring depth), forced, against the reference; each must give the same output as the heuristics.
+TEST(MoeForwardDiagnostic, ForcedDecodeLaunchesMatchReference) {
+  DSV4_SKIP_WITHOUT_GPU();
+  MoeSetup& s = setup();
+  // {up config, splits, stages, down config, splits, stages}; configs: 0 d16n64, 1 d16n128,
+  // 2 d16n256. Split-K partials of every tile must fit the workspace (16 MB): at M = 4 (25
+  // tiles) two splits at most.
+  const std::vector<MoeDiagnosticLaunches> launches_m1 = {
+      {0, 1, 2, 0, 1, 4}, {0, 2, 3, 1, 1, 2}, {1, 1, 4, 2, 2, 2}, {2, 1, 3, 0, 3, 3},
+      {2, 4, 2, 2, 1, 4}, {1, 3, 2, 1, 4, 3}, {0, 8, 4, 2, 8, 2}, {1, 1, 2, 1, 1, 2},
+  };
+  const std::vector<MoeDiagnosticLaunches> launches_m4 = {
+      {0, 1, 2, 0, 1, 4}, {0, 2, 3, 1, 1, 2}, {1, 1, 4, 2, 2, 2},
+      {2, 1, 3, 0, 2, 3}, {2, 2, 2, 2, 1, 4}, {2, 1, 2, 2, 1, 2},
+  };
+  for (int m : {1, 4}) {
+    const std::vector<float> x = random_bf16_values(int64_t(m) * kHidden, 9300 + uint64_t(m), 1.0f);
+    const RunResult base = run_moe(s.weights(false), x, {}, m);
+    const auto routes = check_routing(base, x, {}, m, s.gate_h, s.bias_h.data(), "diag");
+    for (const MoeDiagnosticLaunches& d : m == 1 ? launches_m1 : launches_m4) {
+      const RunResult r = run_moe(s.weights(false), x, {}, m, nullptr, &d);
+      char what[64];
+      std::snprintf(what, sizeof(what), "up %d/%d/%d down %d/%d/%d", d.up_config, d.up_splits, d.up_stages, d.down_config,
+                    d.down_splits, d.down_stages);
+      check_output(r, x, m, routes, what);
     }
   }
 }

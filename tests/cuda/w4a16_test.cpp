@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/w4a16/gemm_internal.h"  // forced decode launches
 #include "harness.h"
 
 namespace dsv4::cuda::test {
@@ -222,6 +223,7 @@ TEST(W4A16Gemm, RejectsBadArguments) {
 
 // Split-K reductions add partials in a fixed order: the same inputs give the same bits, eagerly
 // and replayed from a CUDA graph (the workspace counters return to zero after every launch).
+// The heuristics' plan, and below a forced 8-way split of the decode kernel.
 TEST(W4A16Gemm, DeterministicAndGraphReplayable) {
   DSV4_SKIP_WITHOUT_GPU();
   const ShapeSpec sh = flash_shapes()[3];  // wo_b: K = 8192, many splits at M = 1
@@ -229,7 +231,6 @@ TEST(W4A16Gemm, DeterministicAndGraphReplayable) {
   for (int m : {1, 16}) {
     auto plan = plan_w4a16_gemm(m, sh.n, sh.k, workspace());
     DSV4_ASSERT_OK(plan.status());
-    EXPECT_GT(plan->splits, 1) << "decode shapes should use split-K";
     DeviceBuffer dx = upload_vector(to_bf16(random_bf16_values(int64_t(m) * sh.k, 77 + m, 1.0f)));
     DeviceBuffer y0 = device_alloc(size_t(m) * sh.n * 2), y1 = device_alloc(size_t(m) * sh.n * 2);
     poison(y0);
@@ -263,6 +264,73 @@ TEST(W4A16Gemm, DeterministicAndGraphReplayable) {
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaStreamDestroy(s);
+  }
+}
+
+// Every decode configuration, split-K factor (even and uneven group counts) and ring depth the
+// heuristics may pick, forced through the internal launcher, against the exact reference; also
+// checks that a forced split-K launch is deterministic.
+TEST(W4A16Decode, ForcedLaunchesMatchExactReference) {
+  DSV4_SKIP_WITHOUT_GPU();
+  using namespace w4a16_detail;
+  auto dev = current_device_info();
+  DSV4_ASSERT_OK(dev.status());
+  for (int si : {3, 1, 8}) {  // wo_b (K = 8192), wq_b (N = 32768), w13_gateup (interleaved)
+    const ShapeSpec sh = flash_shapes()[size_t(si)];
+    ShapeData& d = shape_data(sh);
+    for (int m : {1, 5, 16, 17, 32}) {
+      const uint64_t seed = 5000 + 31 * uint64_t(si) + uint64_t(m);
+      const std::vector<float> x = random_bf16_values(int64_t(m) * sh.k, seed, 1.0f);
+      DeviceBuffer dx = upload_vector(to_bf16(x));
+      DeviceBuffer dy = device_alloc(size_t(m) * sh.n * 2);
+      std::vector<int> rows(static_cast<size_t>(m));
+      for (int r = 0; r < m; ++r) rows[size_t(r)] = r;
+      std::vector<double> ref, absdot;
+      ref_gemm_rows(x, sh.k, rows, d.w_kn, sh.n, ref, absdot);
+      std::vector<double> tol(ref.size());
+      for (size_t j = 0; j < ref.size(); ++j) tol[j] = std::ldexp(std::fabs(ref[j]), -8) + std::ldexp(absdot[j], -15);
+      for (int c = 0; c < kNumDecodeConfigs; ++c) {
+        auto ci = gemm_config_info(GemmConfig(c));
+        DSV4_ASSERT_OK(ci.status());
+        if (ci->block_m < std::min(m, 32) && m > 16) continue;  // 16-row configurations: M <= 16 only
+        for (int splits : {1, 3, 8})
+          for (int stages : {2, 3, 4}) {
+            if (splits == 8 && stages == 3) continue;
+            GemmLaunch l;
+            l.cfg = GemmConfig(c);
+            l.splits = splits;
+            l.stages = stages;
+            if (!complete_launch(&l, *ci, (m + ci->block_m - 1) / ci->block_m, std::min(m, ci->block_m), sh.n, sh.k,
+                                 **dev))
+              continue;
+            l.pdl = pdl_supported(**dev);
+            W4A16GemmArgs a;
+            a.x = dx.as<__nv_bfloat16>();
+            a.ldx = sh.k;
+            a.m = m;
+            a.w = d.view(sh);
+            a.y = dy.as<__nv_bfloat16>();
+            a.ldy = sh.n;
+            poison(dy);
+            DSV4_ASSERT_OK(launch_dense(a, l, workspace(), nullptr));
+            DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+            const std::vector<uint16_t> y = download<uint16_t>(dy.get(), size_t(m) * sh.n);
+            std::vector<float> gpu(y.size());
+            for (size_t j = 0; j < y.size(); ++j) gpu[j] = bf16_to_f32(y[j]);
+            const CompareResult cr = compare(gpu.data(), ref.data(), tol.data(), int64_t(gpu.size()));
+            EXPECT_TRUE(cr.ok(1e-5)) << sh.name << " M=" << m << " " << w4a16_config_name(c) << " splits " << splits
+                                     << " stages " << stages << ": " << cr.summary();
+            if (splits == 8 && stages == 4) {  // same bits again
+              DSV4_ASSERT_OK(launch_dense(a, l, workspace(), nullptr));
+              DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+              EXPECT_EQ(download<uint16_t>(dy.get(), size_t(m) * sh.n), y)
+                  << sh.name << " M=" << m << " " << w4a16_config_name(c) << ": split-K not deterministic";
+            }
+            std::printf("[ decode] %-10s M=%-3d %-8s splits=%d stages=%d max|d|/tol=%.3f nmse=%.2e\n", sh.name.c_str(),
+                        m, w4a16_config_name(c), splits, stages, cr.max_ratio, cr.nmse);
+          }
+      }
+    }
   }
 }
 

@@ -40,6 +40,8 @@ Result<const DeviceInfo*> current_device_info() {
     d.cc_minor = p.minor;
     d.n_sms = p.multiProcessorCount;
     d.smem_optin_bytes = p.sharedMemPerBlockOptin;
+    d.smem_per_sm_bytes = p.sharedMemPerMultiprocessor;
+    d.smem_reserved_per_block = p.reservedSharedMemPerBlock;
     d.l2_bytes = size_t(p.l2CacheSize);
     std::snprintf(d.name, sizeof(d.name), "%s", p.name);
     if (p.major < 8) return unimplemented("{} is sm_{}{}: dsv4 kernels need SM80 or newer", p.name, p.major, p.minor);

@@ -21,6 +21,8 @@ struct DeviceInfo {
   int cc_major = 0, cc_minor = 0;
   int n_sms = 0;
   size_t smem_optin_bytes = 0;  // max dynamic + static shared memory per block after opt-in
+  size_t smem_per_sm_bytes = 0;       // shared memory of one SM
+  size_t smem_reserved_per_block = 0;  // taken by the system from the SM's smem for each block
   size_t l2_bytes = 0;
   GpuArch arch = GpuArch::kOther;
   char name[256] = {};

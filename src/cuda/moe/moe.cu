@@ -16,7 +16,7 @@ using namespace moe_detail;
 
 namespace {
 constexpr size_t kPartialBytes = size_t(16) << 20;
-constexpr int kBlockRows[] = {16, 32, 64, 128};  // block_m of the GEMM configurations
+constexpr int kBlockRows[] = {16, 32, 64, 128};  // block rows moe_forward may pick
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 }  // namespace
 
@@ -72,7 +72,8 @@ Result<MoeWorkspace> MoeWorkspace::create(int max_tokens, int hidden, int inter,
   return Result<MoeWorkspace>(std::move(ws));
 }
 
-Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws, cudaStream_t stream) {
+Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws, cudaStream_t stream,
+                   const MoeDiagnosticLaunches* diag) {
   const int m = a.m, hidden = w.hidden, inter = w.inter, top_k = w.top_k;
   auto aligned16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   if (m < 1 || m > ws.max_tokens_)
@@ -104,11 +105,62 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   DSV4_RETURN_IF_ERROR(check_weight(w.shared_w2, hidden, inter, "shared_w2"));
 
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
-  // Block rows follow the expected rows per expert (decode: 1-2, so 16-row tiles).
+  // Block rows follow the expected rows per expert (decode: 1-2, so 16-row tiles of the decode
+  // kernels; up to 32 rows, 32-row decode tiles; beyond, the tiled kernels).
   const int rows_per_expert = int((int64_t(m) * top_k + w.n_experts - 1) / w.n_experts);
-  const GemmConfig cfg = choose_gemm_config(rows_per_expert);
-  DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(cfg));
-  const int max_tiles = moe_max_tiles(m, top_k, w.n_experts, ci.block_m);
+  const int block_m = rows_per_expert <= 16 ? 16 : rows_per_expert <= 32 ? 32 : rows_per_expert <= 64 ? 64 : 128;
+  const bool decode = block_m <= 32;
+  const int max_tiles = moe_max_tiles(m, top_k, w.n_experts, block_m);
+  const int n_shared_tiles = (m + block_m - 1) / block_m;
+  const size_t partial_floats = ws.partials_.bytes() / 4;
+  // For the heuristics: pairs (rows of both GEMMs) and the expected weight bytes streamed
+  // (distinct experts: at most the pairs, at most all experts, plus the shared one).
+  const int64_t pairs = int64_t(m) * (top_k + 1);
+  const double routed_experts = double(std::min<int64_t>(int64_t(m) * top_k, w.n_experts) + 1);
+  const double up_bytes = double(w4a16_qweight_bytes(2 * inter, hidden) + w4a16_scales_bytes(2 * inter, hidden));
+  const double down_bytes = double(w4a16_qweight_bytes(hidden, inter) + w4a16_scales_bytes(hidden, inter));
+  // One launch per GEMM: decode (heuristic or forced) or tiled (config from the block rows).
+  auto plan = [&](int n, int k, double bytes, bool gate_up, bool forced, int f_cfg, int f_splits,
+                  int f_stages) -> Result<GemmLaunch> {
+    const int tile_rows = std::min(m, block_m);
+    if (forced) {
+      if (f_cfg < 0 || f_cfg >= kNumGemmConfigs) return invalid_argument("moe_forward: diagnostic config {}", f_cfg);
+      DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(GemmConfig(f_cfg)));
+      GemmLaunch l;
+      l.cfg = GemmConfig(f_cfg);
+      l.splits = f_splits;
+      l.stages = f_stages;
+      if (ci.block_m != block_m || !complete_launch(&l, ci, max_tiles, tile_rows, n, k, *dev))
+        return invalid_argument("moe_forward: diagnostic launch {} splits {} stages {} does not fit (block rows {})",
+                                w4a16_config_name(f_cfg), f_splits, f_stages, block_m);
+      l.pdl = pdl_supported(*dev);
+      return l;
+    }
+    if (decode)
+      return choose_moe_decode_launch(block_m, max_tiles, tile_rows, n, k, gate_up, *dev, partial_floats,
+                                      ws.n_gemm_counters_);
+    const GemmConfig cfg = block_m <= 64 ? GemmConfig::kM64 : GemmConfig::kM128;
+    DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(cfg));
+    GemmLaunch l;
+    l.cfg = cfg;
+    const int gx = (n + ci.block_n - 1) / ci.block_n;
+    l.splits = choose_splits(gx * max_tiles, k / 128, pairs, n, bytes, ci, *dev, partial_floats, ws.n_gemm_counters_);
+    if (!complete_launch(&l, ci, max_tiles, tile_rows, n, k, *dev))
+      return internal_error("moe_forward: tiled launch does not fit");
+    l.pdl = use_pdl(int64_t(gx) * l.splits * max_tiles, l.splits, ci, *dev);
+    return l;
+  };
+  const MoeDiagnosticLaunches d = diag != nullptr ? *diag : MoeDiagnosticLaunches{};
+  DSV4_ASSIGN_OR_RETURN(const GemmLaunch up, plan(2 * inter, hidden, routed_experts * up_bytes, true, diag != nullptr,
+                                                  d.up_config, d.up_splits, d.up_stages));
+  DSV4_ASSIGN_OR_RETURN(const GemmLaunch down, plan(hidden, inter, routed_experts * down_bytes, false, diag != nullptr,
+                                                    d.down_config, d.down_splits, d.down_stages));
+  for (const GemmLaunch* l : {&up, &down}) {
+    DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(l->cfg));
+    const size_t tiles = size_t(l->grid.x) * l->grid.z;
+    if (l->splits > 1 && (tiles > size_t(ws.n_gemm_counters_) || tiles * l->splits * ci.block_m * ci.block_n > partial_floats))
+      return invalid_argument("moe_forward: split-K ({} splits) exceeds the workspace", l->splits);
+  }
 
   RouteKernelArgs r;
   r.x = a.x;
@@ -121,7 +173,7 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   r.token_ids = a.token_ids;
   r.top_k = top_k;
   r.route_scale = w.route_scale;
-  r.block_m = ci.block_m;
+  r.block_m = block_m;
   r.logits = ws.logits_.as<float>();
   r.topk_ids = ws.topk_ids_.as<int>();
   r.topk_w = ws.topk_w_.as<float>();
@@ -136,6 +188,9 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   DSV4_RETURN_IF_ERROR(launch_moe_route(r, stream, pdl));
 
   GemmKernelArgs g;
+  g.m = m;
+  g.n_shared_tiles = n_shared_tiles;
+  g.shared_row0 = m * top_k;
   g.tiles = ws.tiles_.as<int4>();
   g.n_tiles = ws.n_tiles_;
   g.sorted_token = ws.sorted_token_.as<int>();
@@ -146,13 +201,6 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.partials = ws.partials_.as<float>();
   g.counters = ws.gemm_counters_;
   g.swiglu_limit = w.swiglu_limit;
-  const size_t partial_floats = ws.partials_.bytes() / 4;
-  // For the split-K heuristic: pairs (rows of both GEMMs) and the expected weight bytes streamed
-  // (distinct experts: at most the pairs, at most all experts, plus the shared one).
-  const int64_t pairs = int64_t(m) * (top_k + 1);
-  const double routed_experts = double(std::min<int64_t>(int64_t(m) * top_k, w.n_experts) + 1);
-  const double up_bytes = double(w4a16_qweight_bytes(2 * inter, hidden) + w4a16_scales_bytes(2 * inter, hidden));
-  const double down_bytes = double(w4a16_qweight_bytes(hidden, inter) + w4a16_scales_bytes(hidden, inter));
 
   // Gate/up: [pairs, hidden] x [2 inter, hidden]^T -> act [pairs, inter].
   g.mode = GemmMode::kMoeUp;
@@ -168,13 +216,11 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.k = hidden;
   g.c = ws.act_.as<__nv_bfloat16>();
   g.ldc = inter;
-  {
-    const int gx = (g.n + ci.block_n - 1) / ci.block_n;
-    g.splits = choose_splits(gx * max_tiles, hidden / 128, pairs, g.n, routed_experts * up_bytes, ci, *dev,
-                             partial_floats, ws.n_gemm_counters_);
-    DSV4_RETURN_IF_ERROR(launch_gemm(cfg, g, dim3(gx, g.splits, max_tiles), stream,
-                                     use_pdl(int64_t(gx) * g.splits * max_tiles, g.splits, ci, *dev)));
-  }
+  g.splits = up.splits;
+  g.stages = up.stages;
+  g.a_rows = up.a_rows;
+  g.a_groups = up.a_groups;
+  DSV4_RETURN_IF_ERROR(launch_gemm(up.cfg, g, up.grid, up.smem, stream, up.pdl));
 
   // Down: act [pairs, inter] x [hidden, inter]^T -> down [pairs, hidden], combined into y.
   g.mode = GemmMode::kMoeDown;
@@ -193,13 +239,11 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.combine_counters = ws.combine_counters_;
   g.y = a.y;
   g.ldy = a.ldy;
-  {
-    const int gx = (g.n + ci.block_n - 1) / ci.block_n;
-    g.splits = choose_splits(gx * max_tiles, inter / 128, pairs, g.n, routed_experts * down_bytes, ci, *dev,
-                             partial_floats, ws.n_gemm_counters_);
-    DSV4_RETURN_IF_ERROR(launch_gemm(cfg, g, dim3(gx, g.splits, max_tiles), stream,
-                                     use_pdl(int64_t(gx) * g.splits * max_tiles, g.splits, ci, *dev)));
-  }
+  g.splits = down.splits;
+  g.stages = down.stages;
+  g.a_rows = down.a_rows;
+  g.a_groups = down.a_groups;
+  DSV4_RETURN_IF_ERROR(launch_gemm(down.cfg, g, down.grid, down.smem, stream, down.pdl));
   return Status::ok();
 }
 

@@ -2,7 +2,8 @@
 // router on the device, grouping of (token, expert) pairs by expert, the gate/up GEMM with the
 // clamped SwiGLU and routing weight fused, and the down GEMM with the sum over the top-k experts
 // and the shared expert fused. Three launches, no host synchronization, launch shapes fixed by
-// the batch size: graph-safe. All experts stay resident; the caller owns weights and workspace.
+// the batch size: graph-safe. With PDL (SM90) the shared expert's gate/up tiles run alongside the
+// router, and the down GEMM prefetches its routed experts' weights while gate/up finishes. All experts stay resident; the caller owns weights and workspace.
 //
 // Numerics (the engine's CPU reference semantics): logits = fp32(x) . fp32(gate_w)^T;
 // s = sqrt(softplus(logit)); hash layers take experts tid2eid[token], score layers the top-k of
@@ -56,6 +57,14 @@ struct MoeArgs {
   int64_t ldy = 0;
 };
 
+// Diagnostics only (benchmark lab, tests): force the two GEMM launches instead of the heuristics'.
+// Configurations are w4a16_config_name indices; they must have the block rows the heuristic
+// picks for this batch (the router cuts tiles by it). stages 0: the launcher's default.
+struct MoeDiagnosticLaunches {
+  int up_config = 0, up_splits = 1, up_stages = 0;
+  int down_config = 0, down_splits = 1, down_stages = 0;
+};
+
 // Everything moe_forward needs besides weights, sized for up to max_tokens rows. Created once
 // (allocates), reused by every layer on one stream. Counters inside return to zero after each call.
 class MoeWorkspace {
@@ -71,7 +80,8 @@ class MoeWorkspace {
   const float* logits() const { return logits_.as<float>(); }        // f32 [M, n_experts]
 
  private:
-  friend Status moe_forward(const MoeLayerWeights&, const MoeArgs&, MoeWorkspace&, cudaStream_t);
+  friend Status moe_forward(const MoeLayerWeights&, const MoeArgs&, MoeWorkspace&, cudaStream_t,
+                           const MoeDiagnosticLaunches*);
   int max_tokens_ = 0, hidden_ = 0, inter_ = 0, n_experts_ = 0, top_k_ = 0, max_tiles_ = 0;
   DeviceBuffer logits_, topk_ids_, topk_w_, token_pairs_, sorted_token_, sorted_weight_, tiles_;
   DeviceBuffer act_, down_, partials_;
@@ -88,6 +98,7 @@ class MoeWorkspace {
 // GEMMs, fixed for a given m.
 int moe_max_tiles(int m, int top_k, int n_experts, int block_m);
 
-Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws, cudaStream_t stream);
+Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws, cudaStream_t stream,
+                   const MoeDiagnosticLaunches* diagnostic_launches = nullptr);
 
 }  // namespace dsv4::cuda

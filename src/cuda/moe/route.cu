@@ -1,7 +1,7 @@
 // route.cu: the MoE router in one launch. Blocks of the grid (token tiles x expert slices)
 // compute fp32 logits; the last slice block of a token tile selects experts and weights for its
 // tokens; the last token tile's block groups all (token, expert) pairs by expert and writes the
-// tile list the GEMMs run over. Deterministic: every logit is summed in the same fixed order, so
+// tile list the GEMMs run over (decode batches: the last block of the grid does both). Deterministic: every logit is summed in the same fixed order, so
 // equal router rows give equal logits and ties resolve to the lowest expert index.
 #include <climits>
 #include <cmath>
@@ -133,6 +133,8 @@ __device__ void select_experts(const RouteKernelArgs& p, int tok, int lane) {
 }
 
 // Counting sort of all pairs by expert (expert 256 = shared, every token once), by one block.
+// The shared expert's rows come last, at M top_k + token, whatever the routing: the GEMMs rely on
+// that to start the shared expert before the router finishes.
 __device__ void group_pairs(const RouteKernelArgs& p) {
   __shared__ int s_cnt[kRouterExperts + 1], s_off[kRouterExperts + 1], s_toff[kRouterExperts + 1];
   __shared__ int s_cur[kRouterExperts + 1];
@@ -173,11 +175,11 @@ __device__ void group_pairs(const RouteKernelArgs& p) {
       s_off[kShared] = wa + a;
       s_toff[kShared] = wb + b;
       s_cnt[kShared] = m;
-      *p.n_tiles = wb + b + (m + bm - 1) / bm;
+      *p.n_tiles = wb + b;  // routed tiles only: the GEMMs place the shared expert's tiles statically
     }
   }
   __syncthreads();
-  for (int e = tid; e <= kRouterExperts; e += kThreads) {
+  for (int e = tid; e < kRouterExperts; e += kThreads) {
     const int cnt = s_cnt[e];
     for (int j = 0; j * bm < cnt; ++j) p.tiles[s_toff[e] + j] = make_int4(e, s_off[e] + j * bm, min(bm, cnt - j * bm), 0);
     s_cur[e] = s_off[e];
@@ -207,7 +209,6 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
   __shared__ int s_flag;
   const uint4* xs = reinterpret_cast<const uint4*>(smem);  // bf16 [TM][hidden]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  pdl_launch_dependents();
   if constexpr (TM == 1) {
     // Decode: the block's 8 EPW router rows go to smem through cp.async, every request in flight
     // at once (one DRAM round trip); they do not depend on the previous kernel.
@@ -218,6 +219,8 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(wdst + i * 16), "l"(wsrc + i));
   }
   pdl_wait();  // x comes from the previous kernel
+  // Trigger only now: the gate/up GEMM's shared-expert blocks read x without waiting for us.
+  pdl_launch_dependents();
   const int tok0 = blockIdx.x * TM;
   const int n_tok = min(TM, p.m - tok0);
   constexpr int cpr = kRouterHidden / 8;  // 16-byte chunks per row
@@ -287,31 +290,48 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
       if (lane == 0 && t < n_tok) p.logits[int64_t(tok0 + t) * kRouterExperts + e0 + j] = v;
     }
 
-  // The last expert slice of this token tile selects experts for its tokens.
   __threadfence();
   __syncthreads();
-  if (tid == 0) {
-    const int old = atomicAdd(&p.tile_counters[blockIdx.x], 1);
-    s_flag = old == int(gridDim.y) - 1;
-    if (s_flag) atomicExch(&p.tile_counters[blockIdx.x], 0);
-  }
-  __syncthreads();
-  if (!s_flag) return;
-  __threadfence();
-  if (warp < n_tok) select_experts(p, tok0 + warp, lane);
+  if constexpr (TM == 1) {
+    // Decode: one arrival counter over the whole grid; the last block selects experts for every
+    // token (a warp per token) and groups the pairs: one serialized round trip instead of two.
+    if (tid == 0) {
+      const int old = atomicAdd(p.done_counter, 1);
+      s_flag = old == int(gridDim.x * gridDim.y) - 1;
+      if (s_flag) atomicExch(p.done_counter, 0);
+    }
+    __syncthreads();
+    if (!s_flag) return;
+    __threadfence();
+    for (int tok = warp; tok < p.m; tok += kThreads / 32) select_experts(p, tok, lane);
+    __threadfence();
+    __syncthreads();
+    group_pairs(p);
+  } else {
+    // Prefill: the last expert slice of this token tile selects experts for its tokens.
+    if (tid == 0) {
+      const int old = atomicAdd(&p.tile_counters[blockIdx.x], 1);
+      s_flag = old == int(gridDim.y) - 1;
+      if (s_flag) atomicExch(&p.tile_counters[blockIdx.x], 0);
+    }
+    __syncthreads();
+    if (!s_flag) return;
+    __threadfence();
+    if (warp < n_tok) select_experts(p, tok0 + warp, lane);
 
-  // The last token tile groups every pair.
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    const int old = atomicAdd(p.done_counter, 1);
-    s_flag = old == int(gridDim.x) - 1;
-    if (s_flag) atomicExch(p.done_counter, 0);
+    // The last token tile groups every pair.
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const int old = atomicAdd(p.done_counter, 1);
+      s_flag = old == int(gridDim.x) - 1;
+      if (s_flag) atomicExch(p.done_counter, 0);
+    }
+    __syncthreads();
+    if (!s_flag) return;
+    __threadfence();
+    group_pairs(p);
   }
-  __syncthreads();
-  if (!s_flag) return;
-  __threadfence();
-  group_pairs(p);
 }
 
 template <int TM, int EPW>

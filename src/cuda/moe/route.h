@@ -31,8 +31,8 @@ struct RouteKernelArgs {
   float* topk_w = nullptr;                // f32 [M, top_k]
   int* tile_counters = nullptr;           // i32 [M] zero
   int* done_counter = nullptr;            // i32 [1] zero
-  int4* tiles = nullptr;                  // out: (expert, first sorted row, rows, 0); expert 256 = shared
-  int* n_tiles = nullptr;                 // out: i32 [1]
+  int4* tiles = nullptr;                  // out: (expert, first sorted row, rows, 0) of routed experts
+  int* n_tiles = nullptr;                 // out: i32 [1], routed tiles (the shared expert's are static)
   int* sorted_token = nullptr;            // out: i32 [M (top_k + 1)]
   float* sorted_weight = nullptr;         // out: f32 [M (top_k + 1)]
   int* token_pairs = nullptr;             // out: i32 [M, top_k + 1]

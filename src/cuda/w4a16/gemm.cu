@@ -1,6 +1,8 @@
-// gemm.cu: host side of the W4A16 GEMM: configuration cache, the heuristics (config and split-K,
-// in one place), argument validation and the dense launcher. No allocation, no synchronization.
+// gemm.cu: host side of the W4A16 GEMM: configuration cache, the heuristics (decode and tiled
+// configurations, split-K, ring depth, PDL: in one place), argument validation and the dense
+// launcher. No allocation, no synchronization.
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 
 #include "cuda/common/cuda_check.h"
@@ -18,8 +20,11 @@ bool g_have[kMaxDevices][kNumGemmConfigs] = {};
 
 Status query(GemmConfig cfg, GemmConfigInfo* info) {
   switch (cfg) {
-    case GemmConfig::kM16: return query_gemm_m16(info);
-    case GemmConfig::kM32: return query_gemm_m32(info);
+    case GemmConfig::kD16N64: return query_gemm_d16n64(info);
+    case GemmConfig::kD16N128: return query_gemm_d16n128(info);
+    case GemmConfig::kD16N256: return query_gemm_d16n256(info);
+    case GemmConfig::kD32N128: return query_gemm_d32n128(info);
+    case GemmConfig::kD32N256: return query_gemm_d32n256(info);
     case GemmConfig::kM64: return query_gemm_m64(info);
     case GemmConfig::kM128: return query_gemm_m128(info);
   }
@@ -43,11 +48,158 @@ Result<GemmConfigInfo> gemm_config_info(GemmConfig cfg) {
   return g_info[dev->device][c];
 }
 
-GemmConfig choose_gemm_config(int rows_hint) {
-  if (rows_hint <= 16) return GemmConfig::kM16;
-  if (rows_hint <= 32) return GemmConfig::kM32;
-  if (rows_hint <= 64) return GemmConfig::kM64;
-  return GemmConfig::kM128;
+GemmConfig choose_tiled_config(int rows_hint) { return rows_hint <= 64 ? GemmConfig::kM64 : GemmConfig::kM128; }
+
+size_t decode_smem_bytes(const GemmConfigInfo& ci, int stages, int a_rows, int a_groups) {
+  return size_t(ci.threads / 32) * size_t(stages) * kDecodeSlotBytes + size_t(a_rows) * size_t(a_groups) * 256;
+}
+
+int decode_blocks_per_sm(const GemmConfigInfo& ci, size_t smem, const DeviceInfo& dev) {
+  const size_t per_block = smem + size_t(ci.static_smem) + dev.smem_reserved_per_block;
+  return std::min<int>(ci.blocks_per_sm, int(dev.smem_per_sm_bytes / per_block));
+}
+
+bool complete_launch(GemmLaunch* l, const GemmConfigInfo& ci, int row_blocks, int tile_rows, int n, int k,
+                     const DeviceInfo& dev) {
+  const int kg = k / 128;
+  if (l->splits < 1 || l->splits > kg || row_blocks < 1 || row_blocks > 65535 || tile_rows < 1) return false;
+  l->grid = dim3(unsigned((n + ci.block_n - 1) / ci.block_n), unsigned(l->splits), unsigned(row_blocks));
+  if (!ci.decode) {
+    if (l->splits > 1 && !ci.split_k) return false;
+    l->smem = size_t(ci.smem_bytes);
+    return true;
+  }
+  l->a_rows = std::min(tile_rows, ci.block_m);
+  l->a_groups = (kg + l->splits - 1) / l->splits;  // the largest split's groups
+  const int items = (l->a_groups + ci.warps_k - 1) / ci.warps_k;
+  if (l->stages == 0) l->stages = std::clamp(items, 2, kDecodeMaxStages);  // as deep as the warp has items
+  if (l->stages < 1 || l->stages > kDecodeMaxStages) return false;
+  // The epilogue reuses the ring for the cross-warp sums and the split-K tile (two stages' worth).
+  const size_t ring_min = size_t(ci.threads / 32) * 2 * kDecodeSlotBytes;
+  l->smem = std::max(decode_smem_bytes(ci, l->stages, l->a_rows, l->a_groups), ring_min);
+  return l->smem + size_t(ci.static_smem) <= dev.smem_optin_bytes;
+}
+
+namespace {
+// Decode cost model (microseconds), fitted to the H200 lab sweep of the decode configurations
+// (bench/results/NOTES.md): a fixed part, the weight stream (spread over the GPU, or limited by
+// what one SM pulls when there are few blocks), a split's partial-tile round trip plus the last
+// block's serial sum of the partials, the serial items of one warp, extra waves, and A rows
+// staged from L2. Used for shapes the measured table below does not cover.
+double decode_cost_us(const GemmLaunch& l, const GemmConfigInfo& ci, double weight_bytes, const DeviceInfo& dev) {
+  constexpr double kStreamBytesPerUs = 3.0e6, kSmBytesPerUs = 60e3, kSplitUs = 1.0, kItemUs = 0.5, kWaveUs = 3.0;
+  constexpr double kAUsPerByte = 8e-7, kFixupUsPerByte = 2e-5;
+  const double blocks = double(l.grid.x) * l.grid.y * l.grid.z;
+  const int bps = std::max(1, decode_blocks_per_sm(ci, l.smem, dev));
+  const double waves = std::ceil(blocks / (double(dev.n_sms) * bps));
+  const double per_sm = std::ceil(blocks / dev.n_sms) * weight_bytes / blocks;
+  const int items = (l.a_groups + ci.warps_k - 1) / ci.warps_k;
+  const double a_bytes = blocks * double(l.a_rows) * l.a_groups * 256;
+  const double fixup = l.splits > 1 ? double(l.splits) * l.a_rows * ci.block_n * 4 : 0.0;
+  return std::max(weight_bytes / kStreamBytesPerUs, per_sm / kSmBytesPerUs) + (l.splits > 1 ? kSplitUs : 0.0) +
+         kItemUs * items + kWaveUs * (waves - 1) + kAUsPerByte * a_bytes + kFixupUsPerByte * fixup;
+}
+
+bool fits_workspace(const GemmLaunch& l, const GemmConfigInfo& ci, size_t partial_floats, int n_counters) {
+  const size_t tiles = size_t(l.grid.x) * l.grid.z;
+  return l.splits == 1 || (tiles <= size_t(n_counters) && tiles * l.splits * ci.block_m * ci.block_n <= partial_floats);
+}
+
+// The fastest launch of the H200 lab sweep (bench/results) for the Flash shapes, by batch size:
+// rows up to m_max use it. GPUs with fewer SMs than that sweep (RTX 3090) use the model.
+struct MeasuredDecode {
+  int n, k, m_max;
+  GemmConfig cfg;
+  int splits, stages;
+};
+constexpr MeasuredDecode kMeasured[] = {
+    {32768, 1024, 8, GemmConfig::kD16N256, 1, 4},   // wq_b
+    {32768, 1024, 16, GemmConfig::kD16N256, 1, 3},
+    {32768, 1024, 32, GemmConfig::kD32N256, 1, 2},
+    {4096, 8192, 8, GemmConfig::kD16N256, 16, 2},   // wo_b
+    {4096, 8192, 16, GemmConfig::kD16N128, 8, 2},
+    {4096, 8192, 32, GemmConfig::kD32N128, 4, 2},
+    {1024, 4096, 8, GemmConfig::kD16N256, 16, 4},   // wq_a
+    {1024, 4096, 16, GemmConfig::kD16N64, 8, 3},
+    {512, 4096, 8, GemmConfig::kD16N128, 16, 4},    // wkv: as wq_a, 64 blocks of 2 groups
+    {4096, 2048, 8, GemmConfig::kD16N64, 1, 4},     // w2, shared expert down
+    {4096, 2048, 16, GemmConfig::kD16N64, 4, 2},
+    {4096, 4096, 8, GemmConfig::kD16N128, 4, 4},    // w13 gate/up
+    {4096, 4096, 16, GemmConfig::kD16N64, 4, 2},
+};
+constexpr int kMeasuredMinSms = 120;
+}  // namespace
+
+Result<GemmLaunch> choose_decode_launch(int row_blocks, int tile_rows, int n, int k, double weight_bytes,
+                                        const DeviceInfo& dev, size_t partial_floats, int n_counters) {
+  const bool wide = tile_rows > 16;
+  if (dev.n_sms >= kMeasuredMinSms && row_blocks == 1) {
+    for (const MeasuredDecode& t : kMeasured) {
+      if (t.n != n || t.k != k || tile_rows > t.m_max) continue;
+      DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(t.cfg));
+      if (ci.block_m < tile_rows) continue;
+      GemmLaunch l;
+      l.cfg = t.cfg;
+      l.splits = t.splits;
+      l.stages = t.stages;
+      if (complete_launch(&l, ci, row_blocks, tile_rows, n, k, dev) && fits_workspace(l, ci, partial_floats, n_counters)) {
+        l.pdl = pdl_supported(dev);
+        return l;
+      }
+      break;
+    }
+  }
+  // Wider tiles first: at equal cost they re-read A (from L2) fewer times.
+  static constexpr GemmConfig k16[] = {GemmConfig::kD16N256, GemmConfig::kD16N128, GemmConfig::kD16N64};
+  static constexpr GemmConfig k32[] = {GemmConfig::kD32N256, GemmConfig::kD32N128};
+  const GemmConfig* cands = wide ? k32 : k16;
+  const int n_cands = wide ? 2 : 3;
+  const int kg = k / 128;
+  GemmLaunch best;
+  double best_cost = 0;
+  bool have = false;
+  for (int c = 0; c < n_cands; ++c) {
+    DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(cands[c]));
+    for (int s = 1; s <= std::min(kg, 32); ++s) {
+      GemmLaunch l;
+      l.cfg = cands[c];
+      l.splits = s;
+      if (!complete_launch(&l, ci, row_blocks, tile_rows, n, k, dev) || !fits_workspace(l, ci, partial_floats, n_counters))
+        continue;
+      const double cost = decode_cost_us(l, ci, weight_bytes, dev);
+      if (!have || cost < best_cost * 0.999) {
+        best = l;
+        best_cost = cost;
+        have = true;
+      }
+    }
+  }
+  if (!have) return unimplemented("w4a16 decode GEMM: no configuration fits N={} K={} rows={}", n, k, tile_rows);
+  best.pdl = pdl_supported(dev);
+  return best;
+}
+
+Result<GemmLaunch> choose_moe_decode_launch(int block_m, int max_tiles, int tile_rows, int n, int k, bool gate_up,
+                                            const DeviceInfo& dev, size_t partial_floats, int n_counters) {
+  (void)gate_up;
+  // H200 MoE sweeps (bench/results): a ring of 2 groups per warp, no split while the A block
+  // fits; 128-column tiles for the 7 tiles of one token (M = 1: 224 blocks of 2 tiles), 256-column
+  // tiles once there are more expert tiles (M = 4: 120 us against 151 with 128 columns).
+  const GemmConfig cfg = block_m <= 16 ? (max_tiles <= 8 ? GemmConfig::kD16N128 : GemmConfig::kD16N256)
+                                       : GemmConfig::kD32N256;
+  DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(cfg));
+  // A long K with many rows may not fit smem unsplit (16 rows x 4096: 128 KB of A).
+  for (int splits = 1; splits <= 8; splits *= 2) {
+    GemmLaunch l;
+    l.cfg = cfg;
+    l.splits = splits;
+    l.stages = 2;
+    if (complete_launch(&l, ci, max_tiles, tile_rows, n, k, dev) && fits_workspace(l, ci, partial_floats, n_counters)) {
+      l.pdl = pdl_supported(dev);
+      return l;
+    }
+  }
+  return internal_error("moe decode GEMM: no launch for N={} K={} tiles={} fits", n, k, max_tiles);
 }
 
 // Memory-bound shapes want every SM streaming weights: when the output tiles alone give fewer
@@ -76,12 +228,15 @@ bool use_pdl(int64_t blocks, int splits, const GemmConfigInfo& ci, const DeviceI
   return pdl_supported(dev) && !(splits == 1 && blocks < int64_t(dev.n_sms) * ci.blocks_per_sm);
 }
 
-Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl) {
+Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, size_t smem, cudaStream_t stream, bool pdl) {
   switch (cfg) {
-    case GemmConfig::kM16: return launch_gemm_m16(args, grid, stream, pdl);
-    case GemmConfig::kM32: return launch_gemm_m32(args, grid, stream, pdl);
-    case GemmConfig::kM64: return launch_gemm_m64(args, grid, stream, pdl);
-    case GemmConfig::kM128: return launch_gemm_m128(args, grid, stream, pdl);
+    case GemmConfig::kD16N64: return launch_gemm_d16n64(args, grid, smem, stream, pdl);
+    case GemmConfig::kD16N128: return launch_gemm_d16n128(args, grid, smem, stream, pdl);
+    case GemmConfig::kD16N256: return launch_gemm_d16n256(args, grid, smem, stream, pdl);
+    case GemmConfig::kD32N128: return launch_gemm_d32n128(args, grid, smem, stream, pdl);
+    case GemmConfig::kD32N256: return launch_gemm_d32n256(args, grid, smem, stream, pdl);
+    case GemmConfig::kM64: return launch_gemm_m64(args, grid, smem, stream, pdl);
+    case GemmConfig::kM128: return launch_gemm_m128(args, grid, smem, stream, pdl);
   }
   return internal_error("unknown GEMM config {}", int(cfg));
 }
@@ -92,8 +247,11 @@ using namespace w4a16_detail;
 
 const char* w4a16_config_name(int config) {
   switch (GemmConfig(config)) {
-    case GemmConfig::kM16: return "m16";
-    case GemmConfig::kM32: return "m32";
+    case GemmConfig::kD16N64: return "d16n64";
+    case GemmConfig::kD16N128: return "d16n128";
+    case GemmConfig::kD16N256: return "d16n256";
+    case GemmConfig::kD32N128: return "d32n128";
+    case GemmConfig::kD32N256: return "d32n256";
     case GemmConfig::kM64: return "m64";
     case GemmConfig::kM128: return "m128";
   }
@@ -107,31 +265,33 @@ Result<W4A16Workspace> W4A16Workspace::create(size_t partial_bytes, int n_counte
   return Result<W4A16Workspace>(std::move(ws));
 }
 
-Result<W4A16GemmPlan> plan_w4a16_gemm(int m, int n, int k, const W4A16WorkspaceView& ws) {
+namespace w4a16_detail {
+
+Result<GemmLaunch> plan_dense_launch(int m, int n, int k, const W4A16WorkspaceView& ws) {
   if (m < 1 || n < 64 || n % 64 != 0 || k < 128 || k % 128 != 0)
     return invalid_argument("w4a16 GEMM: need M >= 1, N % 64 == 0, K % 128 == 0; got M={} N={} K={}", m, n, k);
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
-  GemmConfig cfg = choose_gemm_config(m);
+  const double weight_bytes = double(w4a16_qweight_bytes(n, k) + w4a16_scales_bytes(n, k));
+  if (m <= 32) return choose_decode_launch(1, m, n, k, weight_bytes, *dev, ws.partial_floats, ws.n_counters);
+  GemmConfig cfg = choose_tiled_config(m);
   // 128-row tiles of a narrow N give too few blocks (wo_b at M = 256: 32); below half the SMs,
   // 64-row tiles, which can also split K, are faster (H200: 168 vs 232 us there; at 128 blocks,
   // wo_b M = 1024, 128-row tiles win).
   if (cfg == GemmConfig::kM128 && 2 * int64_t((m + 127) / 128) * ((n + 255) / 256) < dev->n_sms) cfg = GemmConfig::kM64;
   DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(cfg));
-  W4A16GemmPlan plan;
-  plan.config = int(cfg);
-  plan.block_m = ci.block_m;
-  plan.block_n = ci.block_n;
-  plan.grid_x = (n + ci.block_n - 1) / ci.block_n;
-  plan.grid_z = (m + ci.block_m - 1) / ci.block_m;
-  if (plan.grid_z > 65535) return invalid_argument("w4a16 GEMM: M={} needs more than 65535 row blocks", m);
-  plan.splits = choose_splits(plan.grid_x * plan.grid_z, k / 128, m, n,
-                              double(w4a16_qweight_bytes(n, k) + w4a16_scales_bytes(n, k)), ci, *dev,
-                              ws.partial_floats, ws.n_counters);
-  plan.grid_y = plan.splits;
-  return plan;
+  const int row_blocks = (m + ci.block_m - 1) / ci.block_m;
+  if (row_blocks > 65535) return invalid_argument("w4a16 GEMM: M={} needs more than 65535 row blocks", m);
+  GemmLaunch l;
+  l.cfg = cfg;
+  l.splits = choose_splits(((n + ci.block_n - 1) / ci.block_n) * row_blocks, k / 128, m, n, weight_bytes, ci, *dev,
+                           ws.partial_floats, ws.n_counters);
+  if (!complete_launch(&l, ci, row_blocks, std::min(m, ci.block_m), n, k, *dev))
+    return internal_error("w4a16 GEMM: tiled launch M={} N={} K={} does not fit", m, n, k);
+  l.pdl = use_pdl(int64_t(l.grid.x) * l.grid.y * l.grid.z, l.splits, ci, *dev);
+  return l;
 }
 
-Status w4a16_gemm(const W4A16GemmArgs& a, const W4A16WorkspaceView& ws, cudaStream_t stream) {
+Status launch_dense(const W4A16GemmArgs& a, const GemmLaunch& l, const W4A16WorkspaceView& ws, cudaStream_t stream) {
   const int n = a.w.n, k = a.w.k;
   auto aligned16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   if (a.x == nullptr || a.y == nullptr || a.w.qweight == nullptr || a.w.scales == nullptr)
@@ -144,9 +304,19 @@ Status w4a16_gemm(const W4A16GemmArgs& a, const W4A16WorkspaceView& ws, cudaStre
     return invalid_argument("w4a16 GEMM: packed weight and scales must be 16-byte aligned");
   if ((reinterpret_cast<uintptr_t>(a.y) & 3) != 0 || a.ldy < n || a.ldy % 2 != 0)
     return invalid_argument("w4a16 GEMM: y must be 4-byte aligned with ldy >= N and even (ldy={}, N={})", a.ldy, n);
-  DSV4_ASSIGN_OR_RETURN(const W4A16GemmPlan plan, plan_w4a16_gemm(a.m, n, k, ws));
-  if (plan.splits > 1 && (ws.partials == nullptr || ws.counters == nullptr))
-    return invalid_argument("w4a16 GEMM: split-K needs a workspace");
+  if (a.m < 1 || n < 64 || n % 64 != 0 || k < 128 || k % 128 != 0)
+    return invalid_argument("w4a16 GEMM: need M >= 1, N % 64 == 0, K % 128 == 0; got M={} N={} K={}", a.m, n, k);
+  DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(l.cfg));
+  if (int64_t(l.grid.z) * ci.block_m < a.m || int(l.grid.x) * ci.block_n < n || int(l.grid.y) != l.splits ||
+      (ci.decode && (l.a_rows < std::min(a.m, ci.block_m) || int64_t(l.a_groups) * l.splits < k / 128)))
+    return invalid_argument("w4a16 GEMM: launch ({}, grid {}x{}x{}) does not cover M={} N={} K={}",
+                            w4a16_config_name(int(l.cfg)), l.grid.x, l.grid.y, l.grid.z, a.m, n, k);
+  if (l.splits > 1) {
+    const size_t tiles = size_t(l.grid.x) * l.grid.z;
+    if (ws.partials == nullptr || ws.counters == nullptr || tiles > size_t(ws.n_counters) ||
+        tiles * l.splits * ci.block_m * ci.block_n > ws.partial_floats)
+      return invalid_argument("w4a16 GEMM: split-K ({} splits) needs a larger workspace", l.splits);
+  }
 
   GemmKernelArgs p;
   p.mode = GemmMode::kDense;
@@ -157,16 +327,40 @@ Status w4a16_gemm(const W4A16GemmArgs& a, const W4A16WorkspaceView& ws, cudaStre
   p.s = a.w.scales;
   p.n = n;
   p.k = k;
-  p.splits = plan.splits;
+  p.splits = l.splits;
+  p.stages = l.stages;
+  p.a_rows = l.a_rows;
+  p.a_groups = l.a_groups;
   p.c = a.y;
   p.ldc = a.ldy;
   p.partials = ws.partials;
   p.counters = ws.counters;
-  DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
-  DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(GemmConfig(plan.config)));
-  const int64_t blocks = int64_t(plan.grid_x) * plan.grid_y * plan.grid_z;
-  return launch_gemm(GemmConfig(plan.config), p, dim3(plan.grid_x, plan.grid_y, plan.grid_z), stream,
-                     use_pdl(blocks, plan.splits, ci, *dev));
+  return launch_gemm(l.cfg, p, l.grid, l.smem, stream, l.pdl);
+}
+
+}  // namespace w4a16_detail
+
+Result<W4A16GemmPlan> plan_w4a16_gemm(int m, int n, int k, const W4A16WorkspaceView& ws) {
+  DSV4_ASSIGN_OR_RETURN(const GemmLaunch l, plan_dense_launch(m, n, k, ws));
+  DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(l.cfg));
+  W4A16GemmPlan plan;
+  plan.config = int(l.cfg);
+  plan.block_m = ci.block_m;
+  plan.block_n = ci.block_n;
+  plan.splits = l.splits;
+  plan.stages = l.stages;
+  plan.grid_x = int(l.grid.x);
+  plan.grid_y = int(l.grid.y);
+  plan.grid_z = int(l.grid.z);
+  plan.smem_bytes = int(l.smem);
+  plan.pdl = l.pdl;
+  return plan;
+}
+
+Status w4a16_gemm(const W4A16GemmArgs& a, const W4A16WorkspaceView& ws, cudaStream_t stream) {
+  if (a.m < 1) return invalid_argument("w4a16 GEMM: M={} must be >= 1", a.m);
+  DSV4_ASSIGN_OR_RETURN(const GemmLaunch l, plan_dense_launch(a.m, a.w.n, a.w.k, ws));
+  return launch_dense(a, l, ws, stream);
 }
 
 }  // namespace dsv4::cuda

@@ -26,7 +26,7 @@ struct GemmKernelArgs {
   GemmMode mode = GemmMode::kDense;
   const __nv_bfloat16* a = nullptr;  // bf16 [rows, K], row stride lda
   int64_t lda = 0;
-  int m = 0;                         // kDense: number of rows of A and C
+  int m = 0;                         // rows of A and C (kDense); tokens (MoE)
   const uint4* w = nullptr;          // packed qweight of expert 0 (kDense: the weight)
   const __half* s = nullptr;         // packed scales of expert 0
   int64_t w_expert_stride = 0;       // uint4 units between experts
@@ -36,11 +36,18 @@ struct GemmKernelArgs {
   int shared_expert = -1;
   int n = 0, k = 0;                  // packed N (multiple of 64), K (multiple of 128)
   int splits = 1;                    // split-K factor (grid.y)
+  // Decode configurations only (decode_kernel.cuh): ring slots per warp, and the A block staged
+  // in smem: a_rows rows (>= the rows of any tile) x a_groups 128-k groups (>= any split's).
+  int stages = 0, a_rows = 0, a_groups = 0;
   __nv_bfloat16* c = nullptr;        // kDense: y; kMoeUp: act [pairs, N/2]; kMoeDown: down_out [pairs, N]
   int64_t ldc = 0;
   float* partials = nullptr;         // f32 [tiles][splits][BM][BN] when splits > 1
   int* counters = nullptr;           // i32 [tiles], zero between launches
-  // MoE (null for kDense)
+  // MoE (null for kDense). grid.z = n_shared_tiles static tiles of the shared expert (rows
+  // shared_row0 + BM z .., token = row - shared_row0, weight 1: known before routing), then the
+  // router's tiles of routed experts.
+  int n_shared_tiles = 0;
+  int shared_row0 = 0;               // first sorted row of the shared expert: M top_k
   const int4* tiles = nullptr;       // i32x4 [max_tiles]: expert, first sorted row, rows, unused
   const int* n_tiles = nullptr;      // i32 [1]: valid entries of tiles (blocks past it exit)
   const int* sorted_token = nullptr; // i32 [pairs]: token of each sorted row
@@ -54,30 +61,46 @@ struct GemmKernelArgs {
   float swiglu_limit = 10.0f;
 };
 
-// Kernel configurations, smallest block rows first. A configuration is a block tile of
-// BM x BN (BN = 64 * warps along N) with warps along M, N and K and a cp.async pipeline.
+// Kernel configurations. The decode family (decode_kernel.cuh, up to 32 rows) gives every warp
+// its own cp.async ring of whole 128-k groups of one 64-column tile, warps WN along N and WK
+// along K; the tiled family (gemm_kernel.cuh) is the prefill GEMM.
 enum class GemmConfig : int {
-  kM16 = 0,   // decode: BM 16, BN 128, 2 warps (along N), BK 128, 3 stages
-  kM32 = 1,   // BM 32, otherwise as kM16
-  kM64 = 2,   // BM 64, BN 256, 8 warps (2 x 4), BK 64, 4 stages
-  kM128 = 3,  // prefill: BM 128, BN 256, 8 warps (2 x 4), warp tile 64 x 64, BK 64, 4 stages
+  kD16N64 = 0,   // decode: BM 16, BN 64, 8 warps (1 x 8 along K)
+  kD16N128 = 1,  // decode: BM 16, BN 128, 8 warps (2 x 4)
+  kD16N256 = 2,  // decode: BM 16, BN 256, 8 warps (4 x 2)
+  kD32N128 = 3,  // decode: BM 32, BN 128, 8 warps (2 x 4)
+  kD32N256 = 4,  // decode: BM 32, BN 256, 8 warps (4 x 2)
+  kM64 = 5,      // BM 64, BN 256, 8 warps (2 x 4), BK 64, 4 stages
+  kM128 = 6,     // prefill: BM 128, BN 256, 8 warps (2 x 4), warp tile 64 x 64, BK 64, 4 stages
 };
-inline constexpr int kNumGemmConfigs = 4;
+inline constexpr int kNumGemmConfigs = 7;
+inline constexpr int kNumDecodeConfigs = 5;  // configs 0 .. 4
+inline bool is_decode_config(GemmConfig c) { return int(c) < kNumDecodeConfigs; }
+
+// Bytes of one decode ring slot: the 4 KB of packed weights of a 64 x 128 tile and its 64 scales.
+inline constexpr int kDecodeSlotBytes = 4096 + 128;
+inline constexpr int kDecodeMaxStages = 4;
 
 struct GemmConfigInfo {
   int block_m = 0, block_n = 0, threads = 0;
-  int smem_bytes = 0;     // dynamic shared memory per block
-  int blocks_per_sm = 0;  // occupancy on the current device (0: does not fit)
+  int warps_k = 1;        // decode: warps along K
+  int smem_bytes = 0;     // tiled: dynamic shared memory per block; decode: 0 (depends on the launch)
+  int static_smem = 0;    // static shared memory per block
+  int blocks_per_sm = 0;  // occupancy on the current device (decode: without dynamic smem)
   bool split_k = false;   // the fp32 tile fits in smem, so split-K is available
+  bool decode = false;
 };
 
-// Per-configuration entry points (gemm_cfg_*.cu). query() sets the shared-memory attribute and
-// reads the occupancy: call it once per device before launch().
+// Per-configuration entry points (gemm_cfg_*.cu, decode_cfg_*.cu). query() sets the shared-memory
+// attribute and reads the occupancy: call it once per device before launch().
 #define DSV4_DECLARE_GEMM_CONFIG(name)                                         \
   Status query_gemm_##name(GemmConfigInfo* info);                              \
-  Status launch_gemm_##name(const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl);
-DSV4_DECLARE_GEMM_CONFIG(m16)
-DSV4_DECLARE_GEMM_CONFIG(m32)
+  Status launch_gemm_##name(const GemmKernelArgs& args, dim3 grid, size_t smem, cudaStream_t stream, bool pdl);
+DSV4_DECLARE_GEMM_CONFIG(d16n64)
+DSV4_DECLARE_GEMM_CONFIG(d16n128)
+DSV4_DECLARE_GEMM_CONFIG(d16n256)
+DSV4_DECLARE_GEMM_CONFIG(d32n128)
+DSV4_DECLARE_GEMM_CONFIG(d32n256)
 DSV4_DECLARE_GEMM_CONFIG(m64)
 DSV4_DECLARE_GEMM_CONFIG(m128)
 #undef DSV4_DECLARE_GEMM_CONFIG
@@ -85,20 +108,59 @@ DSV4_DECLARE_GEMM_CONFIG(m128)
 // Cached GemmConfigInfo of `cfg` on the current device.
 Result<GemmConfigInfo> gemm_config_info(GemmConfig cfg);
 
-// The heuristics, in one place. rows_hint: rows per block tile the problem offers (dense: M;
-// MoE: average rows per expert).
-GemmConfig choose_gemm_config(int rows_hint);
-// Split-K factor for `base_blocks` output tiles of a GEMM with K/128 = kg groups, `rows` rows of
-// output in all (dense: M; MoE: pairs), n columns and weight_bytes of weights to stream;
-// limited by the workspace.
+// Dynamic shared memory of a decode launch, and how many such blocks fit on one SM.
+size_t decode_smem_bytes(const GemmConfigInfo& ci, int stages, int a_rows, int a_groups);
+int decode_blocks_per_sm(const GemmConfigInfo& ci, size_t smem, const DeviceInfo& dev);
+
+// A complete launch description: what the heuristics pick, what the lab and tests may force.
+struct GemmLaunch {
+  GemmConfig cfg = GemmConfig::kD16N64;
+  int splits = 1;
+  int stages = 0, a_rows = 0, a_groups = 0;  // decode configurations
+  dim3 grid;
+  size_t smem = 0;
+  bool pdl = false;
+};
+
+// Fills grid, smem, a_rows and a_groups of a launch of `cfg` with the given splits (and, for a
+// decode configuration, ring stages (0: as many as a warp has items, at most 4)) over
+// `row_blocks` x (n / block_n) tiles of at most `tile_rows` rows; false if it cannot run (smem,
+// grid, splits beyond the K groups).
+bool complete_launch(GemmLaunch* l, const GemmConfigInfo& ci, int row_blocks, int tile_rows, int n, int k,
+                     const DeviceInfo& dev);
+
+// The heuristics, in one place. Decode (rows <= 32 per tile): pick configuration, split-K and
+// ring depth for `row_blocks` row tiles of at most `tile_rows` rows each (dense: one tile per 16
+// or 32 rows; MoE: the expected tiles), n columns, k; weight_bytes are the bytes to stream.
+// Tiled: config from rows, then choose_splits.
+Result<GemmLaunch> choose_decode_launch(int row_blocks, int tile_rows, int n, int k, double weight_bytes,
+                                        const DeviceInfo& dev, size_t partial_floats, int n_counters);
+// The MoE GEMMs' decode launch (block_m 16 or 32, grid.z = max_tiles tiles).
+Result<GemmLaunch> choose_moe_decode_launch(int block_m, int max_tiles, int tile_rows, int n, int k, bool gate_up,
+                                            const DeviceInfo& dev, size_t partial_floats, int n_counters);
+GemmConfig choose_tiled_config(int rows_hint);
+// Split-K factor for `base_blocks` output tiles of a tiled GEMM with K/128 = kg groups, `rows`
+// rows of output in all, n columns and weight_bytes of weights to stream; limited by the workspace.
 int choose_splits(int base_blocks, int kg, int64_t rows, int n, double weight_bytes, const GemmConfigInfo& ci,
                   const DeviceInfo& dev, size_t partial_floats, int n_counters);
-// Whether a grid of `blocks` is launched as a programmatic dependent (PDL, SM90). Not for an
+// Whether a tiled grid of `blocks` is launched as a programmatic dependent (PDL, SM90). Not for an
 // unsplit grid smaller than the GPU: its long-running blocks would share the SMs with the next
 // kernels' early blocks (H200: wq_b M = 16 unsplit, 11.3 us without PDL, 15.4 us with).
 bool use_pdl(int64_t blocks, int splits, const GemmConfigInfo& ci, const DeviceInfo& dev);
 
-// pdl: programmatic dependent launch (common/pdl.cuh); callers pass use_pdl(...).
-Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl);
+// Dense GEMM: the heuristics' launch for an M x N x K problem, and a launch of a given plan (the
+// public w4a16_gemm is the two; tests and the benchmark lab force plans through the second).
+}  // namespace dsv4::cuda::w4a16_detail
+namespace dsv4::cuda {
+struct W4A16WorkspaceView;
+struct W4A16GemmArgs;
+}  // namespace dsv4::cuda
+namespace dsv4::cuda::w4a16_detail {
+Result<GemmLaunch> plan_dense_launch(int m, int n, int k, const W4A16WorkspaceView& ws);
+Status launch_dense(const W4A16GemmArgs& a, const GemmLaunch& l, const W4A16WorkspaceView& ws, cudaStream_t stream);
+
+// Launches one configuration (smem: the decode launch's dynamic shared memory; ignored by the
+// tiled configurations, whose smem is fixed).
+Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, size_t smem, cudaStream_t stream, bool pdl);
 
 }  // namespace dsv4::cuda::w4a16_detail

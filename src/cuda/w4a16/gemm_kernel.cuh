@@ -22,85 +22,9 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/w4a16/gemm_internal.h"
+#include "cuda/w4a16/ptx.cuh"
 
 namespace dsv4::cuda::w4a16_detail {
-
-// ---- PTX helpers ---------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy; bytes past src_bytes (0 or 16) are zero-filled.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// d += a . b, m16n8k16, bf16 inputs, fp32 accumulators.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// (a & b) | c in one instruction (the compiler does not reliably fuse it).
-__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
-__device__ __forceinline__ uint32_t fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
-// One packed word -> four bf16x2 B registers holding (q - 8), exactly:
-// (q & 0xF) | 0x4300 is the bf16 128 + q; times 1 minus 136 leaves q - 8.
-// out[0], out[1]: b0b1, b2b3 of sub-tile 2j; out[2], out[3]: of sub-tile 2j + 1.
-__device__ __forceinline__ void dequant_word(uint32_t q, uint32_t (&out)[4]) {
-  constexpr uint32_t kMask = 0x000F000Fu, kMagic = 0x43004300u;
-  constexpr uint32_t kOne = 0x3F803F80u, kMinus136 = 0xC308C308u;
-  out[0] = fma_bf16x2(lop3_and_or(q, kMask, kMagic), kOne, kMinus136);
-  out[1] = fma_bf16x2(lop3_and_or(q >> 4, kMask, kMagic), kOne, kMinus136);
-  out[2] = fma_bf16x2(lop3_and_or(q >> 8, kMask, kMagic), kOne, kMinus136);
-  out[3] = fma_bf16x2(lop3_and_or(q >> 12, kMask, kMagic), kOne, kMinus136);
-}
-
-__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// A lane's 16 scales (column 8 s + 2 q + e at index 2 s + e) of one 64-column block.
-__device__ __forceinline__ void load_scales(const __half* s_smem, int q, float (&out)[16]) {
-  const uint4* p = reinterpret_cast<const uint4*>(s_smem + q * 16);
-  const uint4 v0 = p[0], v1 = p[1];
-  const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
 
 // ---- configuration traits ------------------------------------------------------------------------
 
@@ -152,18 +76,25 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
 
   // PDL: let the next kernel be scheduled once all our blocks run. A dense GEMM's weights do not
   // depend on the previous kernel, so their first stages are requested before waiting for it;
-  // the MoE GEMMs need the previous kernel's tile list first.
-  pdl_launch_dependents();
+  // the MoE GEMMs wait first (the gate/up GEMM needs the router's tiles, and it triggers only
+  // after that wait: the down GEMM may then read the tile list early, see decode_kernel.cuh).
   if (p.mode != GemmMode::kDense) pdl_wait();
+  pdl_launch_dependents();
 
-  // Which rows this block owns.
+  // Which rows this block owns: dense row blocks; MoE: the shared expert's static tiles first
+  // (GemmKernelArgs), then the router's tiles.
   int expert = 0, row_begin = 0, rows = 0;
   if (p.mode == GemmMode::kDense) {
     row_begin = z * T::kBM;
     rows = min(T::kBM, p.m - row_begin);
+  } else if (z < p.n_shared_tiles) {
+    expert = p.shared_expert;
+    row_begin = p.shared_row0 + z * T::kBM;
+    rows = min(T::kBM, p.m - z * T::kBM);
   } else {
-    if (z >= *p.n_tiles) return;  // fixed grid for a batch size; fewer tiles this step
-    const int4 t = p.tiles[z];
+    const int tz = z - p.n_shared_tiles;
+    if (tz >= __ldcg(p.n_tiles)) return;  // fixed grid for a batch size; fewer tiles this step
+    const int4 t = __ldcg(p.tiles + tz);
     expert = t.x;
     row_begin = t.y;
     rows = t.z;
@@ -193,7 +124,7 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     a_src[j] = nullptr;
     if (r < rows) {
       int64_t arow = row_begin + r;
-      if (p.mode == GemmMode::kMoeUp) arow = p.sorted_token[row_begin + r];
+      if (p.mode == GemmMode::kMoeUp) arow = __ldcg(p.sorted_token + row_begin + r);
       a_src[j] = p.a + arow * p.lda + a_chunk * 8;
     }
   }
@@ -507,7 +438,7 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
           for (int h = 0; h < 2; ++h) {
             const int row = (wm * FM + f) * 16 + g + 8 * h;
             if (row < rows) {
-              const float wr = p.sorted_weight[row_begin + row];
+              const float wr = __ldcg(p.sorted_weight + row_begin + row);
               __nv_bfloat16* out = p.c + int64_t(row_begin + row) * p.ldc + nt * 32 + 2 * q;
 #pragma unroll
               for (int sg = 0; sg < 8; ++sg) {
@@ -535,7 +466,7 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     __threadfence();
     __syncthreads();
     if (tid < rows) {
-      const int token = p.sorted_token[row_begin + tid];
+      const int token = __ldcg(p.sorted_token + row_begin + tid);
       int* cnt = p.combine_counters + int64_t(token) * gridDim.x + nb;
       const int old = atomicAdd(cnt, 1);
       const bool last = old == p.pairs_per_token - 1;
@@ -554,7 +485,7 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
 #pragma unroll
       for (int i = 0; i < 8; ++i) sum[i] = 0.0f;
       for (int kp = 0; kp < p.pairs_per_token; ++kp) {
-        const int pos = p.token_pairs[int64_t(token) * p.pairs_per_token + kp];
+        const int pos = __ldcg(p.token_pairs + int64_t(token) * p.pairs_per_token + kp);
         const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p.c + int64_t(pos) * p.ldc + col));
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -586,10 +517,19 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     DSV4_RETURN_IF_ERROR(cuda_status(                                                                \
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, T::kThreads, T::kSmemBytes), \
         "cudaOccupancyMaxActiveBlocksPerMultiprocessor(" #name ")"));                                \
-    *info = GemmConfigInfo{T::kBM, T::kBN, T::kThreads, T::kSmemBytes, blocks, T::kSplitKFits};                      \
+    GemmConfigInfo ci;                                                                               \
+    ci.block_m = T::kBM;                                                                             \
+    ci.block_n = T::kBN;                                                                             \
+    ci.threads = T::kThreads;                                                                        \
+    ci.warps_k = WK;                                                                                 \
+    ci.smem_bytes = T::kSmemBytes;                                                                   \
+    ci.blocks_per_sm = blocks;                                                                       \
+    ci.split_k = T::kSplitKFits;                                                                     \
+    *info = ci;                                                                                      \
     return Status::ok();                                                                             \
   }                                                                                                  \
-  Status launch_gemm_##name(const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl) { \
+  Status launch_gemm_##name(const GemmKernelArgs& args, dim3 grid, size_t /*smem: fixed*/, cudaStream_t stream, \
+                            bool pdl) {                                                              \
     using T = GemmTraits<FM, WM, WN, WK, BK, STAGES>;                                                \
     return launch_kernel(&w4a16_gemm_kernel<FM, WM, WN, WK, BK, STAGES>, grid, dim3(T::kThreads),    \
                          size_t(T::kSmemBytes), stream, pdl, args, "w4a16_gemm_kernel(" #name ")");  \

@@ -1,0 +1,7 @@
+// decode_cfg_d16n128.cu: the W4A16 decode configuration d16n128: 16 rows, 128 columns, 8 warps
+// (2 along N x 4 along K). One instantiation per file keeps the build parallel.
+#include "cuda/w4a16/decode_kernel.cuh"
+
+namespace dsv4::cuda::w4a16_detail {
+DSV4_DEFINE_DECODE_CONFIG(d16n128, 1, 2, 4)
+}  // namespace dsv4::cuda::w4a16_detail

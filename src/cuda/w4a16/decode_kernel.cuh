@@ -1,0 +1,495 @@
+// decode_kernel.cuh: the W4A16 decode GEMM kernel template (up to 32 rows per tile), included only
+// by the decode_cfg_*.cu files, one instantiation each; launchers live in gemm.cu and moe/moe.cu.
+//
+// At decode sizes the GEMM is a weight stream: what limits it is how many bytes are in flight
+// per SM and how few instructions each weight byte costs, not arithmetic. So:
+//   - A block is 8 warps: WN along N (one 64-column tile each) x WK along K. Warp (wn, wk) owns
+//     the 128-k groups wk, wk + WK, ... of the block's K range for its tile and streams them
+//     through its own cp.async ring of `stages` slots of one group (4 KB of codes + 128 B of
+//     scales). Warps never wait for each other inside the K loop (only __syncwarp), so a warp
+//     whose data arrived computes while the others' requests are in flight.
+//   - The weights of the first `stages` groups are requested before the PDL wait (they do not
+//     depend on the previous kernel); the A block (tile rows x the block's K range, bf16) is
+//     staged once in smem after it and shared by all warps.
+//   - Dequantization is 7 instructions per 32-bit word: lop3 turns each code pair into the exact
+//     bf16 pair 128 + q; the mma accumulates a . (128 + q) and one more mma per k16 slice against
+//     a B of ones accumulates sum(a), so that per group and column
+//       acc += scale * (group_sum - 136 * sum(a))   (136 = 128 + the GPTQ zero point 8)
+//     in fp32. Products are exact, so this differs from summing a (q - 8) only by fp32 rounding
+//     of sums about 30x larger than the result (~1e-6 relative; the output is bf16).
+//   - The WK warps of a tile add their sums through smem in wk order; split-K over blocks
+//     (grid.y) and the epilogues (GemmMode) are as in the tiled kernel: fp32 partials, the last
+//     block to arrive adds them in split order (deterministic).
+// Rows of the 16-row mma tile past the tile's rows read a copy of the last row (ldmatrix
+// addresses clamped) and are never stored: A needs smem for the real rows only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "cuda/common/arch.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/pdl.cuh"
+#include "cuda/w4a16/gemm_internal.h"
+#include "cuda/w4a16/ptx.cuh"
+
+namespace dsv4::cuda::w4a16_detail {
+
+template <int FM, int WN, int WK>
+struct DecodeTraits {
+  static constexpr int kWarps = WN * WK;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBM = 16 * FM;
+  static constexpr int kBN = 64 * WN;
+  static constexpr int kRegs = FM * 32;  // accumulators per lane
+  static constexpr int kRedBytes = (WK - 1) * WN * kRegs * 32 * 4;
+  static constexpr int kTileBytes = kBM * kBN * 4;  // fp32 tile of the split-K sum
+  static constexpr int kMinRingBytes = kWarps * 2 * kDecodeSlotBytes;
+  static_assert(kRedBytes <= kMinRingBytes && kTileBytes <= kMinRingBytes, "epilogue buffers reuse the ring");
+  static_assert(kBM <= kThreads, "one thread per row in the row table and the MoE combine");
+  // FM = 1: two blocks per SM (this grid's and the next kernel's early PDL block) fit only with
+  // at most 128 registers per thread.
+  static constexpr int kMinBlocks = FM == 1 ? 2 : 1;
+};
+
+__device__ __forceinline__ void cp_async_wait_upto(int pending) {
+  switch (pending) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    default: cp_async_wait<3>(); break;
+  }
+}
+
+template <int FM, int WN, int WK>
+__global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBlocks)
+    w4a16_decode_kernel(const GemmKernelArgs p) {
+  using T = DecodeTraits<FM, WN, WK>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ int s_last;
+  __shared__ int s_row_token[T::kBM];
+  __shared__ int64_t s_arow[T::kBM];  // element offset of A row r in p.a
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wk = warp % WK, wn = warp / WK;
+  const int nb = blockIdx.x, split = blockIdx.y, z = blockIdx.z;
+  const int n_tiles64 = p.n >> 6, kg = p.k >> 7;
+
+  // Which rows (and expert) this block owns. PDL: dense and shared-expert blocks let the next
+  // kernel launch at once. Routed blocks of the gate/up GEMM first wait for the router (their
+  // tile list); they trigger only after that wait, which is what lets the down GEMM read the
+  // tile list before its own wait (the router has completed once this grid's dependents launch).
+  int expert = 0, row_begin = 0, rows = 0;
+  bool shared_tile = false;
+  if (p.mode == GemmMode::kDense) {
+    pdl_launch_dependents();
+    row_begin = z * T::kBM;
+    rows = min(T::kBM, p.m - row_begin);
+  } else if (z < p.n_shared_tiles) {
+    pdl_launch_dependents();
+    shared_tile = true;
+    expert = p.shared_expert;
+    row_begin = p.shared_row0 + z * T::kBM;
+    rows = min(T::kBM, p.m - z * T::kBM);
+  } else {
+    if (p.mode == GemmMode::kMoeUp) pdl_wait();
+    pdl_launch_dependents();
+    const int t = z - p.n_shared_tiles;
+    if (t >= __ldcg(p.n_tiles)) return;  // fixed grid for a batch size; fewer tiles this step
+    const int4 tile = __ldcg(p.tiles + t);
+    expert = tile.x;
+    row_begin = tile.y;
+    rows = tile.z;
+  }
+  const uint4* wbase;
+  const __half* sbase;
+  if (expert == p.shared_expert) {
+    wbase = p.w_shared;
+    sbase = p.s_shared;
+  } else {
+    wbase = p.w + expert * p.w_expert_stride;
+    sbase = p.s + expert * p.s_expert_stride;
+  }
+
+  const int g_begin = int(int64_t(split) * kg / p.splits);
+  const int g_end = int(int64_t(split + 1) * kg / p.splits);
+  const int n_groups = g_end - g_begin;
+  const int nt = nb * WN + wn;
+  const int n_items = (nt < n_tiles64 && wk < n_groups) ? (n_groups - wk + WK - 1) / WK : 0;
+  const int stages = p.stages;
+
+  const uint32_t smem_base = smem_u32(smem);
+  const int ring_off = warp * stages * kDecodeSlotBytes;
+  const int a_off = T::kWarps * stages * kDecodeSlotBytes;
+  const int a_row_bytes = p.a_groups * 256;
+  const uint4* w_tile = wbase + int64_t(min(nt, n_tiles64 - 1)) * (p.k >> 4) * 32;
+  const __half* s_tile = sbase + int64_t(min(nt, n_tiles64 - 1)) * kg * 64;
+  // Item i of this warp: group g_begin + wk + i WK: 8 k16 slices x 32 lanes x 16 bytes, then
+  // the 64 scales of the group.
+  auto issue = [&](int item, int slot) {
+    const int g = g_begin + wk + item * WK;
+    const uint4* src = w_tile + int64_t(g) * 256 + lane;
+    const uint32_t dst = smem_base + ring_off + slot * kDecodeSlotBytes + lane * 16;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) cp_async16(dst + j * 512, src + j * 32, true);
+    if (lane < 8) cp_async16(smem_base + ring_off + slot * kDecodeSlotBytes + 4096 + lane * 16, s_tile + g * 64 + lane * 8, true);
+  };
+  // Prologue: one commit group per slot (empty past the warp's items), before the dependency.
+  for (int i = 0; i < stages; ++i) {
+    if (i < n_items) issue(i, i);
+    cp_async_commit();
+  }
+
+  // A depends on the previous kernel (dense: x; down: act). The gate/up GEMM's routed blocks
+  // waited above; its shared-expert blocks read only x, which is complete because the router
+  // (the previous kernel) triggers its dependents only after its own wait.
+  if (p.mode != GemmMode::kMoeUp) pdl_wait();
+  if (tid < rows) {
+    int64_t arow = row_begin + tid;
+    if (p.mode == GemmMode::kMoeUp)
+      arow = shared_tile ? int64_t(row_begin - p.shared_row0 + tid) : int64_t(__ldcg(p.sorted_token + row_begin + tid));
+    s_arow[tid] = arow * p.lda + int64_t(g_begin) * 128;
+  }
+  __syncthreads();
+  {
+    // rows x (n_groups 16) chunks of 16 bytes, 8 loads in flight per thread, XOR-swizzled
+    // within 128 bytes so that ldmatrix rows hit distinct banks.
+    const int cpr = n_groups * 16;
+    const int total = rows * cpr;
+    for (int base = tid; base < total; base += 8 * T::kThreads) {
+      uint4 v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int idx = base + j * T::kThreads;
+        if (idx < total) {
+          const int r = idx / cpr, c = idx - r * cpr;
+          v[j] = ld_cg_v4(p.a + s_arow[r] + c * 8);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int idx = base + j * T::kThreads;
+        if (idx < total) {
+          const int r = idx / cpr, c = idx - r * cpr;
+          *reinterpret_cast<uint4*>(smem + a_off + r * a_row_bytes + ((c ^ (r & 7)) << 4)) = v[j];
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  // Per-lane ldmatrix rows (clamped to the tile's rows) and the B-of-ones sum.
+  uint32_t a_row_addr[FM];
+  int a_xor[FM];
+#pragma unroll
+  for (int f = 0; f < FM; ++f) {
+    const int row = min(f * 16 + (lane & 15), rows - 1);
+    a_row_addr[f] = smem_base + a_off + row * a_row_bytes;
+    a_xor[f] = row & 7;
+  }
+  const int hi = lane >> 4, q = lane & 3;
+
+  float acc[FM][8][4];
+#pragma unroll
+  for (int f = 0; f < FM; ++f)
+#pragma unroll
+    for (int s = 0; s < 8; ++s)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[f][s][i] = 0.0f;
+
+  int slot = 0;
+  for (int i = 0; i < n_items; ++i) {
+    cp_async_wait_upto(stages - 1);  // item i's group has landed (the later ones may not)
+    __syncwarp();
+    const unsigned char* sl = smem + ring_off + slot * kDecodeSlotBytes;
+    const uint4* bq = reinterpret_cast<const uint4*>(sl);
+    const int gl = wk + i * WK;  // group within the block's range (A column block)
+
+    float gacc[FM][8][4], rs[FM][4];
+#pragma unroll
+    for (int f = 0; f < FM; ++f) {
+#pragma unroll
+      for (int s = 0; s < 8; ++s)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) gacc[f][s][e] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) rs[f][e] = 0.0f;
+    }
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) {
+      uint32_t a[FM][4];
+      const int chunk = gl * 16 + ks * 2 + hi;
+#pragma unroll
+      for (int f = 0; f < FM; ++f) ldmatrix_x4(a[f], a_row_addr[f] + ((chunk ^ a_xor[f]) << 4));
+      const uint4 qv = bq[ks * 32 + lane];
+      const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        uint32_t b[4];
+        dequant_word_offset(qw[w], b);
+#pragma unroll
+        for (int f = 0; f < FM; ++f) {
+          mma_bf16(gacc[f][2 * w], a[f], b[0], b[1]);
+          mma_bf16(gacc[f][2 * w + 1], a[f], b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int f = 0; f < FM; ++f) mma_bf16(rs[f], a[f], kBf16x2Ones, kBf16x2Ones);
+    }
+    float sc[16];
+    load_scales(reinterpret_cast<const __half*>(sl + 4096), q, sc);
+#pragma unroll
+    for (int f = 0; f < FM; ++f)
+#pragma unroll
+      for (int s = 0; s < 8; ++s)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc[f][s][e] = fmaf(sc[2 * s + (e & 1)], fmaf(-kCodeOffset, rs[f][e], gacc[f][s][e]), acc[f][s][e]);
+    __syncwarp();  // every lane is done with the slot before it is refilled
+    if (i + stages < n_items) issue(i + stages, slot);
+    cp_async_commit();
+    slot = slot + 1 == stages ? 0 : slot + 1;
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // ring and A are free from here on
+
+  // The WK warps of a tile: add into the wk == 0 warp, in wk order.
+  if constexpr (WK > 1) {
+    float* red = reinterpret_cast<float*>(smem);
+    if (wk > 0) {
+      float* dst = red + ((wk - 1) * WN + wn) * T::kRegs * 32;
+#pragma unroll
+      for (int f = 0; f < FM; ++f)
+#pragma unroll
+        for (int s = 0; s < 8; ++s)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dst[((f * 8 + s) * 4 + e) * 32 + lane] = acc[f][s][e];
+    }
+    __syncthreads();
+    if (wk == 0) {
+#pragma unroll 1
+      for (int w2 = 1; w2 < WK; ++w2) {
+        const float* src = red + ((w2 - 1) * WN + wn) * T::kRegs * 32;
+#pragma unroll
+        for (int f = 0; f < FM; ++f)
+#pragma unroll
+          for (int s = 0; s < 8; ++s)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[f][s][e] += src[((f * 8 + s) * 4 + e) * 32 + lane];
+      }
+    }
+  }
+
+  const bool active = (wk == 0) && nt < n_tiles64;  // warps that hold a finished slice of the tile
+  const int g8 = lane >> 2;
+
+  // Split-K: publish the partial tile; the last block of the tile adds all partials in order.
+  if (p.splits > 1) {
+    const int tile_id = z * gridDim.x + nb;
+    float* part = p.partials + int64_t(tile_id) * p.splits * (T::kBM * T::kBN);
+    if (active) {
+      float* mine = part + int64_t(split) * (T::kBM * T::kBN);
+#pragma unroll
+      for (int f = 0; f < FM; ++f)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = f * 16 + g8 + 8 * h;
+          if (row < rows) {
+#pragma unroll
+            for (int s = 0; s < 8; ++s)
+              *reinterpret_cast<float2*>(mine + row * T::kBN + wn * 64 + s * 8 + 2 * q) =
+                  make_float2(acc[f][s][2 * h], acc[f][s][2 * h + 1]);
+          }
+        }
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const int old = atomicAdd(&p.counters[tile_id], 1);
+      s_last = (old == p.splits - 1);
+      if (s_last) atomicExch(&p.counters[tile_id], 0);  // every split has arrived: reset for reuse
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    float* tile = reinterpret_cast<float*>(smem);
+    constexpr int kC4 = T::kBN / 4;
+    constexpr int64_t kStride = T::kBM * T::kBN / 4;
+    for (int idx = tid; idx < rows * kC4; idx += T::kThreads) {
+      const int r = idx / kC4, c4 = idx % kC4;
+      const float4* src = reinterpret_cast<const float4*>(part + r * T::kBN) + c4;
+      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+      int sp = 0;
+      for (; sp + 4 <= p.splits; sp += 4) {
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = __ldcg(src + (sp + u) * kStride);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          sum.x += v[u].x;
+          sum.y += v[u].y;
+          sum.z += v[u].z;
+          sum.w += v[u].w;
+        }
+      }
+      for (; sp < p.splits; ++sp) {
+        const float4 v = __ldcg(src + sp * kStride);
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+      reinterpret_cast<float4*>(tile + r * T::kBN)[c4] = sum;
+    }
+    __syncthreads();
+    if (active) {
+#pragma unroll
+      for (int f = 0; f < FM; ++f)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = f * 16 + g8 + 8 * h;
+          if (row < rows) {
+#pragma unroll
+            for (int s = 0; s < 8; ++s) {
+              const float2 v = *reinterpret_cast<const float2*>(tile + row * T::kBN + wn * 64 + s * 8 + 2 * q);
+              acc[f][s][2 * h] = v.x;
+              acc[f][s][2 * h + 1] = v.y;
+            }
+          }
+        }
+    }
+  }
+
+  // Epilogue of the finished tile.
+  if (active) {
+    switch (p.mode) {
+      case GemmMode::kDense:
+      case GemmMode::kMoeDown:
+#pragma unroll
+        for (int f = 0; f < FM; ++f)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = f * 16 + g8 + 8 * h;
+            if (row < rows) {
+              __nv_bfloat16* out = p.c + int64_t(row_begin + row) * p.ldc + nt * 64 + 2 * q;
+#pragma unroll
+              for (int s = 0; s < 8; ++s)
+                *reinterpret_cast<uint32_t*>(out + s * 8) = pack_bf16x2(acc[f][s][2 * h], acc[f][s][2 * h + 1]);
+            }
+          }
+        break;
+      case GemmMode::kMoeUp: {
+        // Packed columns of tile nt: [gate 0..15 | up 0..15 | gate 16..31 | up 16..31] of the
+        // 32 intermediate columns 32 nt .. 32 nt + 31; sub-tile s in {0,1,4,5} is gate, s + 2 up.
+        const float lim = p.swiglu_limit;
+#pragma unroll
+        for (int f = 0; f < FM; ++f)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = f * 16 + g8 + 8 * h;
+            if (row < rows) {
+              const float wr = shared_tile ? 1.0f : __ldcg(p.sorted_weight + row_begin + row);
+              __nv_bfloat16* out = p.c + int64_t(row_begin + row) * p.ldc + nt * 32 + 2 * q;
+#pragma unroll
+              for (int sg = 0; sg < 8; ++sg) {
+                if ((sg & 2) != 0) continue;  // sg in {0, 1, 4, 5}
+                float r2[2];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const float gv = fminf(round_bf16(acc[f][sg][2 * h + e]), lim);
+                  const float uv = fminf(fmaxf(round_bf16(acc[f][sg + 2][2 * h + e]), -lim), lim);
+                  const float silu = gv / (1.0f + expf(-gv));
+                  r2[e] = silu * uv * wr;
+                }
+                *reinterpret_cast<uint32_t*>(out + (sg & 1) * 8 + (sg >> 2) * 16) = pack_bf16x2(r2[0], r2[1]);
+              }
+            }
+          }
+        break;
+      }
+    }
+  }
+
+  // MoE combine: when a token's last pair row of this column block is written, sum its rows in
+  // the fixed order of token_pairs (routed experts by increasing id, then shared) into y.
+  if (p.mode == GemmMode::kMoeDown) {
+    __threadfence();
+    __syncthreads();
+    if (tid < rows) {
+      const int token = __ldcg(p.sorted_token + row_begin + tid);
+      int* cnt = p.combine_counters + int64_t(token) * gridDim.x + nb;
+      const int old = atomicAdd(cnt, 1);
+      const bool last = old == p.pairs_per_token - 1;
+      if (last) atomicExch(cnt, 0);
+      s_row_token[tid] = last ? token : -1;
+    }
+    __threadfence();
+    __syncthreads();
+    constexpr int kChunks = T::kBN / 8;
+    for (int idx = tid; idx < rows * kChunks; idx += T::kThreads) {
+      const int r = idx / kChunks, ch = idx % kChunks;
+      const int token = s_row_token[r];
+      const int col = nb * T::kBN + ch * 8;
+      if (token < 0 || col >= p.n) continue;
+      float sum[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum[i] = 0.0f;
+      for (int kp = 0; kp < p.pairs_per_token; ++kp) {
+        const int pos = __ldcg(p.token_pairs + int64_t(token) * p.pairs_per_token + kp);
+        const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p.c + int64_t(pos) * p.ldc + col));
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 f2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+          sum[2 * i] += f2.x;
+          sum[2 * i + 1] += f2.y;
+        }
+      }
+      uint4 o;
+      o.x = pack_bf16x2(sum[0], sum[1]);
+      o.y = pack_bf16x2(sum[2], sum[3]);
+      o.z = pack_bf16x2(sum[4], sum[5]);
+      o.w = pack_bf16x2(sum[6], sum[7]);
+      *reinterpret_cast<uint4*>(p.y + int64_t(token) * p.ldy + col) = o;
+    }
+  }
+}
+
+// Entry points of one decode configuration (used by decode_cfg_*.cu). The dynamic smem limit is
+// raised to the device maximum once; each launch passes its own size.
+#define DSV4_DEFINE_DECODE_CONFIG(name, FM, WN, WK)                                                  \
+  Status query_gemm_##name(GemmConfigInfo* info) {                                                   \
+    using T = DecodeTraits<FM, WN, WK>;                                                              \
+    auto* kernel = &w4a16_decode_kernel<FM, WN, WK>;                                                 \
+    DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());                             \
+    cudaFuncAttributes attr{};                                                                       \
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes(" #name ")")); \
+    const int max_dyn = int(dev->smem_optin_bytes) - int(attr.sharedSizeBytes);                      \
+    DSV4_RETURN_IF_ERROR(cuda_status(                                                                \
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_dyn),          \
+        "cudaFuncSetAttribute(" #name ")"));                                                         \
+    int blocks = 0;                                                                                  \
+    DSV4_RETURN_IF_ERROR(cuda_status(                                                                \
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, T::kThreads, 0),              \
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor(" #name ")"));                                \
+    GemmConfigInfo ci;                                                                               \
+    ci.block_m = T::kBM;                                                                             \
+    ci.block_n = T::kBN;                                                                             \
+    ci.threads = T::kThreads;                                                                        \
+    ci.warps_k = WK;                                                                                 \
+    ci.smem_bytes = 0;                                                                               \
+    ci.static_smem = int(attr.sharedSizeBytes);                                                      \
+    ci.blocks_per_sm = blocks;                                                                       \
+    ci.split_k = true;                                                                               \
+    ci.decode = true;                                                                                \
+    *info = ci;                                                                                      \
+    return Status::ok();                                                                             \
+  }                                                                                                  \
+  Status launch_gemm_##name(const GemmKernelArgs& args, dim3 grid, size_t smem, cudaStream_t stream, bool pdl) { \
+    using T = DecodeTraits<FM, WN, WK>;                                                              \
+    return launch_kernel(&w4a16_decode_kernel<FM, WN, WK>, grid, dim3(T::kThreads), smem, stream, pdl, args, \
+                         "w4a16_decode_kernel(" #name ")");                                          \
+  }
+
+}  // namespace dsv4::cuda::w4a16_detail

@@ -1,0 +1,106 @@
+// ptx.cuh: device helpers shared by the W4A16 GEMM kernels (gemm_kernel.cuh, decode_kernel.cuh):
+// cp.async, ldmatrix, mma.sync, the int4 -> bf16 conversions and the packed scale layout.
+// SM80-level instructions only, so every helper builds for sm_86 and sm_90.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsv4::cuda::w4a16_detail {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy; bytes past src_bytes (0 or 16) are zero-filled.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d += a . b, m16n8k16, bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// (a & b) | c in one instruction (the compiler does not reliably fuse it).
+__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+__device__ __forceinline__ uint32_t fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// One packed word -> four bf16x2 B registers holding (q - 8), exactly:
+// (q & 0xF) | 0x4300 is the bf16 128 + q; times 1 minus 136 leaves q - 8.
+// out[0], out[1]: b0b1, b2b3 of sub-tile 2j; out[2], out[3]: of sub-tile 2j + 1.
+__device__ __forceinline__ void dequant_word(uint32_t q, uint32_t (&out)[4]) {
+  constexpr uint32_t kMask = 0x000F000Fu, kMagic = 0x43004300u;
+  constexpr uint32_t kOne = 0x3F803F80u, kMinus136 = 0xC308C308u;
+  out[0] = fma_bf16x2(lop3_and_or(q, kMask, kMagic), kOne, kMinus136);
+  out[1] = fma_bf16x2(lop3_and_or(q >> 4, kMask, kMagic), kOne, kMinus136);
+  out[2] = fma_bf16x2(lop3_and_or(q >> 8, kMask, kMagic), kOne, kMinus136);
+  out[3] = fma_bf16x2(lop3_and_or(q >> 12, kMask, kMagic), kOne, kMinus136);
+}
+
+// One packed word -> four bf16x2 B registers holding 128 + q (= 136 + (q - 8)), exactly: the
+// magic-exponent half of dequant_word without its fma. The caller subtracts 136 * sum_k a_k per
+// row (one extra mma against a B of ones) and so spends 7 instead of 11 instructions per word.
+__device__ __forceinline__ void dequant_word_offset(uint32_t q, uint32_t (&out)[4]) {
+  constexpr uint32_t kMask = 0x000F000Fu, kMagic = 0x43004300u;
+  out[0] = lop3_and_or(q, kMask, kMagic);
+  out[1] = lop3_and_or(q >> 4, kMask, kMagic);
+  out[2] = lop3_and_or(q >> 8, kMask, kMagic);
+  out[3] = lop3_and_or(q >> 12, kMask, kMagic);
+}
+inline constexpr uint32_t kBf16x2Ones = 0x3F803F80u;
+inline constexpr float kCodeOffset = 136.0f;  // 128 (magic exponent) + 8 (GPTQ zero point)
+
+// Global loads that bypass L1: data written by the previous kernel of a PDL chain (L1 is not
+// coherent, and a co-resident block of another grid may have cached an older copy).
+__device__ __forceinline__ uint4 ld_cg_v4(const void* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
+
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// A lane's 16 scales (column 8 s + 2 q + e at index 2 s + e) of one 64-column block.
+__device__ __forceinline__ void load_scales(const __half* s_smem, int q, float (&out)[16]) {
+  const uint4* p = reinterpret_cast<const uint4*>(s_smem + q * 16);
+  const uint4 v0 = p[0], v1 = p[1];
+  const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+}  // namespace dsv4::cuda::w4a16_detail
