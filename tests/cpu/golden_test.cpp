@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 #include <string>
 
 #include "base/npy.h"
@@ -20,6 +21,9 @@ namespace {
 struct Fixture {
   std::string config, layout;
 };
+
+// Readable test parameter names in gtest output.
+void PrintTo(const Fixture& f, std::ostream* os) { *os << f.config << "/" << f.layout; }
 
 std::string fixture_dir(const Fixture& f) { return std::string(DSV4_FIXTURES_DIR) + "/hf/" + f.config; }
 
@@ -201,7 +205,9 @@ TEST_P(GoldenTest, Bf16ModeErrorAgainstFp32IsBounded) {
     EXPECT_LE(smooth_max, v.smooth_bound * scale) << v.what;
     EXPECT_LE(d.mean_abs, 0.015f * scale) << v.what;
     EXPECT_GE(d.argmax_agree, 0.88f) << v.what;
-    if (!v.n.fp4_indexer) EXPECT_GE(n_same, T * 8 / 10) << v.what;
+    if (!v.n.fp4_indexer) {
+      EXPECT_GE(n_same, T * 8 / 10) << v.what;
+    }
   }
   // Chunked prefill follows the same arithmetic in bf16 mode too.
   const std::vector<float> one = run(l, Numerics::bf16_gpu(), T);
