@@ -82,7 +82,9 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
   pdl_launch_dependents();
 
   // Which rows this block owns: dense row blocks; MoE: the shared expert's static tiles first
-  // (GemmKernelArgs), then the router's tiles.
+  // (GemmKernelArgs), then the router's tiles. NOTE: the router's outputs are read with plain
+  // loads after the wait; ld.global.cg for them moved this kernel from 158 to 128 registers and
+  // 2 blocks per SM, which made the M = 64 shapes slower on the H200 (wq_b: 26 -> 39 us).
   int expert = 0, row_begin = 0, rows = 0;
   if (p.mode == GemmMode::kDense) {
     row_begin = z * T::kBM;
@@ -124,7 +126,7 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     a_src[j] = nullptr;
     if (r < rows) {
       int64_t arow = row_begin + r;
-      if (p.mode == GemmMode::kMoeUp) arow = __ldcg(p.sorted_token + row_begin + r);
+      if (p.mode == GemmMode::kMoeUp) arow = p.sorted_token[row_begin + r];
       a_src[j] = p.a + arow * p.lda + a_chunk * 8;
     }
   }
@@ -438,7 +440,7 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
           for (int h = 0; h < 2; ++h) {
             const int row = (wm * FM + f) * 16 + g + 8 * h;
             if (row < rows) {
-              const float wr = __ldcg(p.sorted_weight + row_begin + row);
+              const float wr = p.sorted_weight[row_begin + row];
               __nv_bfloat16* out = p.c + int64_t(row_begin + row) * p.ldc + nt * 32 + 2 * q;
 #pragma unroll
               for (int sg = 0; sg < 8; ++sg) {
@@ -466,7 +468,7 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     __threadfence();
     __syncthreads();
     if (tid < rows) {
-      const int token = __ldcg(p.sorted_token + row_begin + tid);
+      const int token = p.sorted_token[row_begin + tid];
       int* cnt = p.combine_counters + int64_t(token) * gridDim.x + nb;
       const int old = atomicAdd(cnt, 1);
       const bool last = old == p.pairs_per_token - 1;
@@ -485,7 +487,7 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
 #pragma unroll
       for (int i = 0; i < 8; ++i) sum[i] = 0.0f;
       for (int kp = 0; kp < p.pairs_per_token; ++kp) {
-        const int pos = __ldcg(p.token_pairs + int64_t(token) * p.pairs_per_token + kp);
+        const int pos = p.token_pairs[int64_t(token) * p.pairs_per_token + kp];
         const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p.c + int64_t(pos) * p.ldc + col));
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
