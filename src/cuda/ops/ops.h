@@ -1,0 +1,76 @@
+// ops.h: the small kernels of the forward pass (MODEL_SPEC.md §3-§6), each the device twin of a
+// CPU-reference function in the "bf16" numerics (src/cpu/numerics.h): bf16 at op boundaries,
+// fp32 inside. Activations are bf16 row-major; the residual streams X are bf16 [T, hc, D]
+// (the reference rounds them to bf16 at every HCPost). Launchers validate, never allocate and
+// never synchronize (graph-safe).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "base/status.h"
+#include "cuda/common/kv_view.h"
+#include "cuda/common/step_batch.h"
+
+namespace dsv4::cuda {
+
+// X[t, i, :] = embed[ids[t], :] for every stream i < hc. embed: bf16 [vocab, D].
+Status embed_streams(const __nv_bfloat16* embed, int vocab, int D, const int32_t* ids, int T, int hc,
+                     __nv_bfloat16* X, cudaStream_t stream);
+
+struct HcDims {
+  int hc = 4;              // streams
+  int D = 4096;            // hidden
+  int sinkhorn_iters = 20;
+  float hc_eps = 1e-6f;
+  float norm_eps = 1e-6f;
+};
+
+// mHC parameters of one site (cpu::hc_pre / hc_head): fn f32 [n_mix, hc*D], base f32 [n_mix],
+// scale f32 [3] (blocks, n_mix = (2 + hc) * hc) or [1] (head, n_mix = hc).
+struct HcParamsView {
+  const float* fn = nullptr;
+  const float* base = nullptr;
+  const float* scale = nullptr;
+  int n_mix = 0;
+};
+
+// HCPre + RMSNorm (cpu::hc_pre then rmsnorm and bf16): x[t] = bf16(rmsnorm(bf16(sum_i pre_i X[t,i]),
+// norm_w)); mix[t] = f32 [hc post weights, hc*hc Sinkhorn comb (row j, col k at j*hc + k)] for hc_post.
+// X: bf16 [T, hc*D]; norm_w: f32 [D]; x: bf16 [T, D]; mix: f32 [T, hc + hc*hc].
+Status hc_pre_norm(const __nv_bfloat16* X, int T, const HcParamsView& p, const float* norm_w, const HcDims& dims,
+                   __nv_bfloat16* x, float* mix, cudaStream_t stream);
+
+// HCPost (cpu::hc_post): X[t, k, :] = bf16(post_k y[t] + sum_j comb[j, k] X[t, j, :]) in place.
+Status hc_post(__nv_bfloat16* X, const __nv_bfloat16* y, const float* mix, int T, const HcDims& dims,
+               cudaStream_t stream);
+
+// HC head + final norm for selected rows (cpu::CpuModel::head_logits before the LM head):
+// x[i] = bf16(rmsnorm(hc_head(X[rows[i]]), norm_w)); rows: i32 [n] (device), null = rows 0..n-1.
+Status hc_head_norm(const __nv_bfloat16* X, const int32_t* rows, int n, const HcParamsView& p, const float* norm_w,
+                    const HcDims& dims, __nv_bfloat16* x, cudaStream_t stream);
+
+// In-place weighted RMSNorm of T rows of n values (row stride ld), then bf16 (the q_norm of qa).
+Status rmsnorm_rows(__nv_bfloat16* x, int64_t ld, int T, int n, const float* w, float eps, cudaStream_t stream);
+
+// Query heads (attention_forward's query path after wq_b): per head unweighted RMSNorm, bf16,
+// RoPE on the last rope_dim dims at token_pos[t] with inv_freq f32 [rope_dim / 2], bf16; in place.
+// q: bf16 [T, H, d] (row stride H * d).
+Status q_norm_rope(__nv_bfloat16* q, int T, int H, int d, int rope_dim, const int32_t* token_pos,
+                   const float* inv_freq, float eps, cudaStream_t stream);
+
+// KV path: kv bf16 [T, d] (row stride ld, the wkv part of the fused wq_a|wkv output): weighted
+// RMSNorm (kv_norm), bf16, RoPE at token_pos, bf16, fp8 block quantization of the nope dims, and
+// the 584-byte record of each row into records u8 [T][entry_bytes] (kv_view.h).
+Status kv_finish(const __nv_bfloat16* kv, int64_t ld, int T, const float* norm_w, float eps, const int32_t* token_pos,
+                 const float* inv_freq, const LayerKvView& layout, uint8_t* records, cudaStream_t stream);
+
+// After attention: copies the chunk records of each sequence's last min(ntok, W) rows into its
+// window ring (slot seq_slot, index pos % W). Skips padding.
+Status window_save(const StepBatchView& b, const LayerKvView& kv, cudaStream_t stream);
+
+// Host helper for tests: decodes one main record (bf16 values as fp32) — see kv::unpack_entry.
+
+}  // namespace dsv4::cuda
