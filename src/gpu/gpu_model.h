@@ -1,0 +1,82 @@
+// gpu_model.h: GpuModel, the whole DeepSeek-V4 forward pass on one GPU: weights resident on the
+// device (W4A16 linears repacked at load, BF16 dense ones, fp32 small parameters), the paged fp8
+// KV cache and per-slot window/compressor state, static activation buffers sized once, and a
+// step = many sequences' decode tokens and prompt chunks at once. It computes what
+// cpu::CpuModel computes in Numerics::bf16_gpu() (the CPU reference is its oracle).
+// One owner (the engine thread) drives it; nothing allocates or synchronizes inside a decode step
+// except the final copy of results to the host; decode batches can replay captured CUDA graphs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace dsv4::gpu {
+
+struct GpuModelOptions {
+  int max_seqs = 64;               // state slots (window rings, compressor state); slot ids < this
+  int max_tokens_per_step = 2048;  // rows of the largest step (prefill chunk budget)
+  int n_kv_blocks = 0;             // 256-token KV blocks in the pool; 0: enough for max_seqs x max_positions / 256... capped by memory
+  int64_t max_positions = 0;       // longest sequence (0: the config's max_position_embeddings)
+  std::vector<int> graph_batch_sizes;  // decode batch sizes to capture (empty: eager only)
+};
+
+// One sequence's part of a step (host memory; the model copies it to its static device buffers).
+struct GpuStepSeq {
+  int32_t slot = 0;                      // [0, max_seqs)
+  std::span<const int32_t> block_table;  // KV block ids in position order, covering pos0 + tokens
+  int64_t pos0 = 0;                      // position of tokens[0]; 0 starts the sequence fresh
+  std::span<const int32_t> tokens;       // >= 1 token ids
+  bool logits = false;                   // produce logits for this sequence's last token
+};
+
+// Discrete choices of one step for tests and the CLI (copied to the host when requested).
+struct GpuStepTrace {
+  // [layer][row] selected compressed entries of CSA layers (empty for other layers), -1 removed
+  std::vector<std::vector<std::vector<int32_t>>> selected;
+  // [layer][row * top_k + j] routed experts (sorted by expert id per row)
+  std::vector<std::vector<int32_t>> experts;
+};
+
+class GpuModel {
+ public:
+  // Uploads the weights (tensor by tensor through one staging buffer) and allocates every buffer.
+  // Errors: no CUDA device, a format the GPU path does not run (names the tensor), dimensions other
+  // than the ones the kernels support, not enough device memory (says how much was asked).
+  static Result<std::unique_ptr<GpuModel>> load(const ModelConfig& cfg, const ModelWeights& w,
+                                                const GpuModelOptions& opts);
+  ~GpuModel();
+
+  // Runs one step. logits_out (host): f32 [n_logits, vocab] for the sequences with logits = true,
+  // in step order. all_rows = true instead returns logits for every row of the step ([n_rows,
+  // vocab], for `dsv4 logits`). trace: optional. Errors: bad slot, block table too short, step
+  // larger than max_tokens_per_step, token outside the vocabulary; nothing is modified then.
+  Status forward(std::span<const GpuStepSeq> seqs, float* logits_out, bool all_rows = false,
+                 GpuStepTrace* trace = nullptr);
+
+  // Device logits of the last forward ([n_logits, vocab] f32, row stride vocab) and the stream, for
+  // sampling on the device without a host round trip (the runner).
+  const float* device_logits() const;
+  void* stream() const;  // cudaStream_t
+
+  const ModelConfig& config() const;
+  const GpuModelOptions& options() const;
+  size_t device_bytes() const;          // everything this model allocated
+  std::vector<std::string> manifest() const;  // lines: weights, KV pool, buffers, graphs
+
+  // Test hook: number of device allocations made after load() returned (must stay 0).
+  int64_t allocations_after_load() const;
+
+ private:
+  GpuModel();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dsv4::gpu
