@@ -124,7 +124,7 @@ void register_generate(CLI::App& app, int& exit_code) {
   cmd->add_option("--min-p", a->sampling.min_p, "0: off")->capture_default_str();
   cmd->add_option("--seed", a->seed, "sampling seed (-1: random)")->capture_default_str();
   cmd->add_option("--stop", a->stop, "stop string (repeatable)");
-  cmd->add_option("--device", a->engine.device, "cpu")->capture_default_str();
+  cmd->add_option("--device", a->engine.device, "cpu | cuda")->capture_default_str();
   cmd->add_option("--kv-dtype", a->engine.kv_dtype, "fp8 | bf16")->capture_default_str();
   cmd->add_option("--cpu-numerics", a->engine.cpu_numerics, "bf16 | fp32")->capture_default_str();
   cmd->add_option("--cpu-threads", a->engine.cpu_threads, "OpenMP threads (0: default)")->capture_default_str();

@@ -1,6 +1,7 @@
 // cmd_logits.cpp: `dsv4 logits`: teacher-forced logits for every position of a token sequence,
-// from the CPU reference, as an fp32 .npy [T, vocab]. `--chunk N` feeds the prompt N tokens at a
-// time through the decode state (N = 1 is token-by-token decode).
+// from the CPU reference or the GPU model (--device cuda), as an fp32 .npy [T, vocab]. `--chunk N`
+// feeds the prompt N tokens at a time through the decode state (N = 1 is token-by-token decode).
+// The two devices' outputs for the same ids can be compared directly (GPU = CPU in bf16 numerics).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -11,6 +12,9 @@
 #include "model/weights.h"
 #include "tools/commands.h"
 #include "tools/token_ids.h"
+#if DSV4_HAVE_CUDA_RUNNER
+#include "gpu/gpu_model.h"
+#endif
 
 namespace dsv4::cli {
 
@@ -21,11 +25,44 @@ struct LogitsArgs {
   int64_t chunk = 0;
 };
 
+#if DSV4_HAVE_CUDA_RUNNER
+// All rows of every chunk through gpu::GpuModel (one sequence in slot 0, blocks 0, 1, 2, ...).
+Status gpu_logits(const ModelConfig& cfg, const ModelWeights& w, std::span<const int32_t> ids, int64_t chunk,
+                  float* logits) {
+  const int64_t T = int64_t(ids.size());
+  gpu::GpuModelOptions o;
+  o.max_seqs = 1;
+  o.max_tokens_per_step = int(chunk);
+  o.max_positions = T;
+  o.n_kv_blocks = int((T + 255) / 256);
+  DSV4_ASSIGN_OR_RETURN(auto model, gpu::GpuModel::load(cfg, w, o));
+  std::vector<int32_t> blocks(size_t(o.n_kv_blocks));
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = int32_t(i);
+  for (int64_t s = 0; s < T; s += chunk) {
+    gpu::GpuStepSeq q;
+    q.slot = 0;
+    q.block_table = blocks;
+    q.pos0 = s;
+    q.tokens = ids.subspan(size_t(s), size_t(std::min(chunk, T - s)));
+    q.logits = true;
+    DSV4_RETURN_IF_ERROR(model->forward(std::span<const gpu::GpuStepSeq>(&q, 1), logits + s * cfg.vocab_size,
+                                        /*all_rows=*/true));
+  }
+  return Status::ok();
+}
+#endif
+
 int run_logits(const LogitsArgs& a) {
-  if (a.device != "cpu") {
-    fmt::print(stderr, "logits: --device {} is not available in this build (only cpu)\n", a.device);
+  if (a.device != "cpu" && a.device != "cuda") {
+    fmt::print(stderr, "logits: --device must be cpu or cuda, found '{}'\n", a.device);
     return 2;
   }
+#if !DSV4_HAVE_CUDA_RUNNER
+  if (a.device == "cuda") {
+    fmt::print(stderr, "logits: --device cuda: this build has no CUDA support\n");
+    return 2;
+  }
+#endif
   cpu::Numerics numerics;
   if (a.numerics == "fp32") numerics = cpu::Numerics::fp32();
   else if (a.numerics == "bf16") numerics = cpu::Numerics::bf16_gpu();
@@ -53,13 +90,27 @@ int run_logits(const LogitsArgs& a) {
     fmt::print(stderr, "logits: the token id array is empty\n");
     return 1;
   }
-  const int64_t chunk = a.chunk > 0 ? a.chunk : T;
+  // The GPU keeps all rows' logits of a step on the device: its default chunk bounds that buffer.
+  const int64_t chunk = a.chunk > 0 ? a.chunk : (a.device == "cuda" ? std::min<int64_t>(T, 512) : T);
   const int64_t V = cfg->vocab_size;
-  cpu::CpuModel model(*cfg, **w, numerics);
-  auto seq = model.new_sequence();
   std::vector<float> logits(size_t(T * V));
   const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t s = 0; s < T; s += chunk) {
+#if DSV4_HAVE_CUDA_RUNNER
+  if (a.device == "cuda") {
+    if (a.numerics != "bf16") {
+      fmt::print(stderr, "logits: --device cuda computes bf16 numerics (pass --numerics bf16)\n");
+      return 2;
+    }
+    const Status st = gpu_logits(*cfg, **w, *ids, chunk, logits.data());
+    if (!st.is_ok()) {
+      fmt::print(stderr, "logits: {}\n", st.to_string());
+      return 1;
+    }
+  }
+#endif
+  cpu::CpuModel model(*cfg, **w, numerics);
+  auto seq = model.new_sequence();
+  for (int64_t s = 0; s < T && a.device == "cpu"; s += chunk) {
     const int64_t n = std::min(chunk, T - s);
     const Status st = model.forward(*seq, std::span<const int32_t>(ids->data() + s, size_t(n)), cpu::LogitsRows::kAll,
                                     logits.data() + s * V);
@@ -74,8 +125,8 @@ int run_logits(const LogitsArgs& a) {
     fmt::print(stderr, "logits: {}\n", st.to_string());
     return 1;
   }
-  fmt::print(stderr, "logits: {} tokens, chunk {}, numerics {}, {:.2f} s ({:.1f} tok/s) -> {}\n", T, chunk,
-             a.numerics, secs, double(T) / secs, a.out);
+  fmt::print(stderr, "logits: {} tokens, device {}, chunk {}, numerics {}, {:.2f} s ({:.1f} tok/s) -> {}\n", T,
+             a.device, chunk, a.numerics, secs, double(T) / secs, a.out);
   return 0;
 }
 
@@ -90,7 +141,7 @@ void register_logits(CLI::App& app, int& exit_code) {
   cmd->add_option("--numerics", a->numerics, "fp32 (matches HF transformers) | bf16 (GPU oracle)")
       ->capture_default_str();
   cmd->add_option("--chunk", a->chunk, "feed the prompt in chunks of N tokens (default: all at once)");
-  cmd->add_option("--device", a->device, "cpu")->capture_default_str();
+  cmd->add_option("--device", a->device, "cpu | cuda (needs --numerics bf16)")->capture_default_str();
   cmd->callback([a, &exit_code] { exit_code = run_logits(*a); });
 }
 

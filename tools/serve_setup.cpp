@@ -11,6 +11,9 @@
 
 #include "model/make_model.h"
 #include "runtime/cpu_runner.h"
+#if DSV4_HAVE_CUDA_RUNNER
+#include "runtime/cuda_runner.h"
+#endif
 #include "runtime/scripted_runner.h"
 
 namespace dsv4::cli {
@@ -79,17 +82,28 @@ Result<std::unique_ptr<runtime::ModelRunner>> make_runner(const EngineConfig& cf
                                                                      eos, max_positions));
     return std::unique_ptr<runtime::ModelRunner>(std::move(r));
   }
-  if (cfg.device == "cuda") {
-    return unimplemented("--device cuda: the CUDA runner does not exist yet in this build; use --device cpu");
-  }
-  if (cfg.device != "cpu") return invalid_argument("--device must be cpu or cuda, found '{}'", cfg.device);
+  if (cfg.device != "cpu" && cfg.device != "cuda")
+    return invalid_argument("--device must be cpu or cuda, found '{}'", cfg.device);
   if (cfg.model_dir.empty()) return invalid_argument("--model DIR is required (or --demo)");
+  auto check_vocab = [&](int vocab) -> Status {
+    if (vocab > tokenizer.n_ids() + 1024 || vocab < tokenizer.n_ids()) {
+      return invalid_argument("the model's vocabulary ({}) does not match the tokenizer's ({} ids)", vocab,
+                              tokenizer.n_ids());
+    }
+    return Status::ok();
+  };
+  if (cfg.device == "cuda") {
+#if DSV4_HAVE_CUDA_RUNNER
+    DSV4_ASSIGN_OR_RETURN(auto r, runtime::CudaRunner::load(cfg));
+    DSV4_RETURN_IF_ERROR(check_vocab(r->model_config().vocab_size));
+    return std::unique_ptr<runtime::ModelRunner>(std::move(r));
+#else
+    return unimplemented("--device cuda: this build has no CUDA support (nvcc was not found at configure time)");
+#endif
+  }
   DSV4_ASSIGN_OR_RETURN(auto r, runtime::CpuRunner::load(cfg.model_dir, cfg.cpu_numerics, cfg.kv_dtype,
                                                          cfg.cpu_threads));
-  if (r->model_config().vocab_size > tokenizer.n_ids() + 1024 || r->model_config().vocab_size < tokenizer.n_ids()) {
-    return invalid_argument("the model's vocabulary ({}) does not match the tokenizer's ({} ids)",
-                            r->model_config().vocab_size, tokenizer.n_ids());
-  }
+  DSV4_RETURN_IF_ERROR(check_vocab(r->model_config().vocab_size));
   return std::unique_ptr<runtime::ModelRunner>(std::move(r));
 }
 

@@ -423,6 +423,13 @@ Result<std::unique_ptr<Engine>> Engine::start(const EngineConfig& c, std::unique
   int64_t blocks = c.num_kv_blocks;
   if (blocks == 0) blocks = int64_t(c.max_num_seqs) * kv::blocks_for_tokens(max_len);
   blocks = std::min<int64_t>(blocks, int64_t(1) << 24);  // 4G tokens: far beyond any real pool
+  if (info.max_kv_blocks > 0) {
+    if (c.num_kv_blocks > info.max_kv_blocks) {
+      return invalid_argument("--num-gpu-blocks {} exceeds the {} KV blocks runner {} has room for", c.num_kv_blocks,
+                              info.max_kv_blocks, info.name);
+    }
+    blocks = std::min(blocks, info.max_kv_blocks);
+  }
   if (max_len > blocks * kv::kBlockTokens) {
     if (c.max_model_len > 0) {
       return invalid_argument(

@@ -57,6 +57,7 @@ struct RunnerInfo {
   std::string kv_layout;     // KvLayout::summary() ("" when the runner stores no KV)
   int64_t kv_block_bytes = 0;
   int64_t kv_slot_bytes = 0;
+  int64_t max_kv_blocks = 0; // KV blocks the runner has room for (0: no limit of its own)
   std::vector<std::string> manifest;  // lines for the startup manifest (kernels, numerics, ...)
 };
 

@@ -1,0 +1,190 @@
+// cuda_runner.cpp: see cuda_runner.h.
+#include "runtime/cuda_runner.h"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "base/check.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/device_buffer.h"
+#include "cuda/sampling/sampling.h"
+#include "gpu/gpu_model.h"
+#include "kvcache/kv_layout.h"
+
+namespace dsv4::runtime {
+
+using cuda::DeviceBuffer;
+
+// Per-step sampling buffers: parameters and results for up to max_num_seqs rows, on the device and
+// in pinned host memory (the only host copies of a step).
+struct CudaRunner::Device {
+  int max_rows = 0;
+  DeviceBuffer params, token, logprob, top_ids, top_lp;
+  cuda::SamplerWorkspace workspace;
+  cuda::SampleParams* h_params = nullptr;
+  int32_t* h_token = nullptr;
+  float* h_logprob = nullptr;
+  int32_t* h_top_ids = nullptr;
+  float* h_top_lp = nullptr;
+
+  ~Device() {
+    for (void* p : {static_cast<void*>(h_params), static_cast<void*>(h_token), static_cast<void*>(h_logprob),
+                    static_cast<void*>(h_top_ids), static_cast<void*>(h_top_lp)})
+      if (p) cudaFreeHost(p);
+  }
+  static Result<std::unique_ptr<Device>> create(int max_rows, int vocab) {
+    auto d = std::make_unique<Device>();
+    d->max_rows = max_rows;
+    const size_t n = size_t(max_rows), nt = n * cuda::kMaxLogprobs;
+    DSV4_ASSIGN_OR_RETURN(d->params, DeviceBuffer::create(n * sizeof(cuda::SampleParams)));
+    DSV4_ASSIGN_OR_RETURN(d->token, DeviceBuffer::create(n * sizeof(int32_t)));
+    DSV4_ASSIGN_OR_RETURN(d->logprob, DeviceBuffer::create(n * sizeof(float)));
+    DSV4_ASSIGN_OR_RETURN(d->top_ids, DeviceBuffer::create(nt * sizeof(int32_t)));
+    DSV4_ASSIGN_OR_RETURN(d->top_lp, DeviceBuffer::create(nt * sizeof(float)));
+    DSV4_ASSIGN_OR_RETURN(d->workspace, cuda::SamplerWorkspace::create(max_rows, vocab));
+    auto host = [](size_t bytes, auto** p) {
+      return cuda::cuda_status(cudaMallocHost(reinterpret_cast<void**>(p), bytes), "cudaMallocHost (sampler)");
+    };
+    DSV4_RETURN_IF_ERROR(host(n * sizeof(cuda::SampleParams), &d->h_params));
+    DSV4_RETURN_IF_ERROR(host(n * sizeof(int32_t), &d->h_token));
+    DSV4_RETURN_IF_ERROR(host(n * sizeof(float), &d->h_logprob));
+    DSV4_RETURN_IF_ERROR(host(nt * sizeof(int32_t), &d->h_top_ids));
+    DSV4_RETURN_IF_ERROR(host(nt * sizeof(float), &d->h_top_lp));
+    return d;
+  }
+};
+
+CudaRunner::CudaRunner() = default;
+CudaRunner::~CudaRunner() = default;
+
+Result<std::unique_ptr<CudaRunner>> CudaRunner::load(const EngineConfig& cfg) {
+  if (cfg.kv_dtype != "fp8") {
+    return invalid_argument("--device cuda stores the KV cache as fp8_ds_mla records: --kv-dtype must be fp8, found "
+                            "'{}'",
+                            cfg.kv_dtype);
+  }
+  if (cfg.model_dir.empty()) return invalid_argument("--model DIR is required for --device cuda");
+  int n_devices = 0;
+  if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) {
+    cudaGetLastError();
+    return not_found("--device cuda: no CUDA device is visible to this process");
+  }
+  std::unique_ptr<CudaRunner> r(new CudaRunner());
+  DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaGetDevice(&r->device_), "cudaGetDevice"));
+  {
+    DSV4_ASSIGN_OR_RETURN(ModelConfig mc, ModelConfig::load(cfg.model_dir));
+    r->cfg_ = std::make_unique<ModelConfig>(std::move(mc));
+  }
+  DSV4_ASSIGN_OR_RETURN(r->weights_, ModelWeights::load(cfg.model_dir, *r->cfg_));
+
+  gpu::GpuModelOptions o;
+  o.max_seqs = cfg.max_num_seqs;
+  o.max_tokens_per_step = cfg.max_num_batched_tokens;
+  o.n_kv_blocks = cfg.num_kv_blocks;
+  o.max_positions = cfg.max_model_len > 0 ? cfg.max_model_len : r->cfg_->max_position_embeddings;
+  for (int b = 1; b <= cfg.max_num_seqs; b *= 2) o.graph_batch_sizes.push_back(b);
+  if (o.graph_batch_sizes.back() != cfg.max_num_seqs) o.graph_batch_sizes.push_back(cfg.max_num_seqs);
+  DSV4_ASSIGN_OR_RETURN(r->model_, gpu::GpuModel::load(*r->cfg_, *r->weights_, o));
+  DSV4_ASSIGN_OR_RETURN(r->dev_, Device::create(cfg.max_num_seqs, r->cfg_->vocab_size));
+
+  RunnerInfo& info = r->info_;
+  info.name = "cuda";
+  info.vocab_size = r->cfg_->vocab_size;
+  info.eos_token_id = r->cfg_->eos_token_id;
+  info.max_positions = r->cfg_->max_position_embeddings;
+  info.max_kv_blocks = r->model_->options().n_kv_blocks;
+  const kv::KvLayout layout = kv::make_kv_layout(*r->cfg_, kv::KvDtype::kFp8);
+  info.kv_layout = layout.summary();
+  info.kv_block_bytes = layout.block_bytes;
+  info.kv_slot_bytes = layout.slot_bytes();
+  info.manifest.push_back(fmt::format("runner: cuda (device {}), numerics bf16 (CPU reference: --device cpu "
+                                      "--cpu-numerics bf16)",
+                                      r->device_));
+  for (const std::string& line : r->model_->manifest()) info.manifest.push_back(line);
+  info.manifest.push_back("sampling: GPU (greedy, temperature, min-p, top-k, top-p; counter-based RNG as the host "
+                          "sampler)");
+  return r;
+}
+
+Status CudaRunner::on_engine_thread_start() {
+  // The CUDA runtime's current device is per host thread: the engine thread must select ours.
+  return cuda::cuda_status(cudaSetDevice(device_), "cudaSetDevice (engine thread)");
+}
+
+Status CudaRunner::execute(const StepInput& in, StepOutput* out) {
+  std::vector<gpu::GpuStepSeq> seqs;
+  seqs.reserve(in.seqs.size());
+  std::vector<const StepSequence*> sampling;
+  for (const StepSequence& s : in.seqs) {
+    gpu::GpuStepSeq g;
+    g.slot = s.slot;
+    g.block_table = s.block_table;
+    g.pos0 = s.pos0;
+    g.tokens = s.tokens;
+    g.logits = s.sample;
+    seqs.push_back(g);
+    if (s.sample) sampling.push_back(&s);
+  }
+  // A validation error concerns the step as the engine built it: fail every sequence of it.
+  DSV4_RETURN_IF_ERROR(model_->forward(seqs, nullptr));
+  if (sampling.empty()) return Status::ok();
+
+  Device& d = *dev_;
+  const int B = int(sampling.size());
+  DSV4_CHECK(B <= d.max_rows, "{} sampling rows exceed the runner's {}", B, d.max_rows);
+  int max_logprobs = -1;
+  for (int i = 0; i < B; ++i) {
+    const StepSequence& s = *sampling[size_t(i)];
+    DSV4_CHECK(s.sampling != nullptr, "sequence {}: sample without sampling parameters", s.seq_id);
+    cuda::SampleParams& p = d.h_params[i];
+    p = cuda::SampleParams{};
+    p.temperature = s.sampling->temperature;
+    p.top_p = s.sampling->top_p;
+    p.min_p = s.sampling->min_p;
+    p.top_k = s.sampling->top_k;
+    p.logprobs = std::min(s.sampling->logprobs, cuda::kMaxLogprobs);
+    p.seed = s.seed;
+    p.index = s.sample_index;
+    max_logprobs = std::max(max_logprobs, p.logprobs);
+  }
+  auto stream = static_cast<cudaStream_t>(model_->stream());
+  DSV4_RETURN_IF_ERROR(cuda::cuda_status(
+      cudaMemcpyAsync(d.params.get(), d.h_params, size_t(B) * sizeof(cuda::SampleParams), cudaMemcpyHostToDevice, stream),
+      "copy sampling parameters"));
+  cuda::SampleOutputView o{d.token.as<int32_t>(), d.logprob.as<float>(), d.top_ids.as<int32_t>(),
+                           d.top_lp.as<float>()};
+  const int V = cfg_->vocab_size;
+  DSV4_RETURN_IF_ERROR(cuda::sample_tokens(model_->device_logits(), V, B, V, d.params.as<cuda::SampleParams>(), o,
+                                           d.workspace, stream));
+  auto copy_back = [&](void* dst, const DeviceBuffer& src, size_t bytes) {
+    return cuda::cuda_status(cudaMemcpyAsync(dst, src.get(), bytes, cudaMemcpyDeviceToHost, stream), "copy samples");
+  };
+  DSV4_RETURN_IF_ERROR(copy_back(d.h_token, d.token, size_t(B) * sizeof(int32_t)));
+  DSV4_RETURN_IF_ERROR(copy_back(d.h_logprob, d.logprob, size_t(B) * sizeof(float)));
+  if (max_logprobs > 0) {
+    DSV4_RETURN_IF_ERROR(copy_back(d.h_top_ids, d.top_ids, size_t(B) * cuda::kMaxLogprobs * sizeof(int32_t)));
+    DSV4_RETURN_IF_ERROR(copy_back(d.h_top_lp, d.top_lp, size_t(B) * cuda::kMaxLogprobs * sizeof(float)));
+  }
+  DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamSynchronize(stream), "sampling step"));
+  for (int i = 0; i < B; ++i) {
+    const StepSequence& s = *sampling[size_t(i)];
+    SampledToken t;
+    t.seq_id = s.seq_id;
+    t.token.token = d.h_token[i];
+    t.token.logprob = d.h_logprob[i];
+    for (int j = 0; j < d.h_params[i].logprobs; ++j) {
+      t.token.top.emplace_back(d.h_top_ids[i * cuda::kMaxLogprobs + j], d.h_top_lp[i * cuda::kMaxLogprobs + j]);
+    }
+    out->sampled.push_back(std::move(t));
+  }
+  return Status::ok();
+}
+
+void CudaRunner::release(int64_t seq_id, int32_t slot) {
+  // Nothing to free: a slot's window ring and compressor state are overwritten by the next
+  // sequence that starts in it (pos0 == 0), and its KV blocks belong to the engine's pool.
+}
+
+}  // namespace dsv4::runtime
