@@ -24,6 +24,7 @@ struct GpuModelOptions {
   int max_tokens_per_step = 2048;  // rows of the largest step (prefill chunk budget)
   int n_kv_blocks = 0;             // 256-token KV blocks in the pool; 0: enough for max_seqs x max_positions / 256... capped by memory
   int64_t max_positions = 0;       // longest sequence (0: the config's max_position_embeddings)
+  // options() reports the resolved values (n_kv_blocks, max_positions) after load.
   std::vector<int> graph_batch_sizes;  // decode batch sizes to capture (empty: eager only)
 };
 
@@ -57,11 +58,17 @@ class GpuModel {
   // in step order. all_rows = true instead returns logits for every row of the step ([n_rows,
   // vocab], for `dsv4 logits`). trace: optional. Errors: bad slot, block table too short, step
   // larger than max_tokens_per_step, token outside the vocabulary; nothing is modified then.
+  // logits_out may be null (the runner samples from device_logits()): then, without a trace,
+  // forward() returns without synchronizing and device errors surface at the next synchronization.
+  // A slot's sequence continues only from where it stopped: pos0 is 0 (a new sequence) or the
+  // slot's current length. Pure decode steps (one token per sequence) without all_rows or trace
+  // replay the smallest captured graph that fits; everything else runs eagerly.
   Status forward(std::span<const GpuStepSeq> seqs, float* logits_out, bool all_rows = false,
                  GpuStepTrace* trace = nullptr);
 
   // Device logits of the last forward ([n_logits, vocab] f32, row stride vocab) and the stream, for
-  // sampling on the device without a host round trip (the runner).
+  // sampling on the device without a host round trip (the runner). After an all_rows step larger
+  // than max_seqs rows it holds only the last max_seqs-row chunk.
   const float* device_logits() const;
   void* stream() const;  // cudaStream_t
 
@@ -72,6 +79,10 @@ class GpuModel {
 
   // Test hook: number of device allocations made after load() returned (must stay 0).
   int64_t allocations_after_load() const;
+  // Test hooks: whether the last forward() replayed a CUDA graph, and a switch that makes every
+  // step eager (diagnostics: graph replay against eager execution of the same step).
+  bool last_step_replayed_graph() const;
+  void set_graph_replay_diagnostic(bool enabled);
 
  private:
   GpuModel();

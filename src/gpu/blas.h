@@ -1,0 +1,40 @@
+// blas.h: the three cuBLAS GEMMs of the forward pass, with bf16 inputs and fp32 accumulation:
+// the dense projections that stay fp32 (compressors, indexer head weights), the grouped wo_a
+// (bf16 out) and the LM head (fp32 logits). The handle is bound to the model's stream and to a
+// workspace allocated at load, so no call allocates and every call can be captured in a graph.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "base/status.h"
+
+namespace dsv4::gpu {
+
+class Blas {
+ public:
+  Blas() = default;
+  ~Blas();
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+
+  // Creates the handle on `stream` with `workspace` (device, workspace_bytes) as its only scratch.
+  Status init(cudaStream_t stream, void* workspace, size_t workspace_bytes);
+
+  // y f32 [m, n] (row stride ldy) = x bf16 [m, k] (row stride ldx) . w bf16 [n, k]^T.
+  Status gemm_f32_out(const __nv_bfloat16* x, int64_t ldx, int m, const __nv_bfloat16* w, int n, int k, float* y,
+                      int64_t ldy) const;
+
+  // Grouped projection (wo_a): for g < groups, u[:, g*n : (g+1)*n] = bf16(o[:, g*k : (g+1)*k] .
+  // w[g*n : (g+1)*n, :]^T). o: bf16 [m, groups * k]; w: bf16 [groups * n, k]; u: bf16 [m, groups * n].
+  Status grouped_bf16_out(const __nv_bfloat16* o, int m, int groups, const __nv_bfloat16* w, int n, int k,
+                          __nv_bfloat16* u) const;
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+}  // namespace dsv4::gpu

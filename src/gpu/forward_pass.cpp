@@ -1,0 +1,152 @@
+// forward_pass.cpp: the launch sequence of a step (see forward_pass.h). Each block mirrors
+// cpu::CpuModel::block and cpu::attention_forward line by line; comments name the reference step.
+#include "gpu/forward_pass.h"
+
+#include <cmath>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/compressor/compressor.h"
+#include "cuda/ops/ops.h"
+
+namespace dsv4::gpu {
+namespace {
+
+cuda::HcDims hc_dims(const ModelConfig& c) {
+  cuda::HcDims d;
+  d.hc = c.hc_mult;
+  d.D = c.hidden;
+  d.sinkhorn_iters = c.hc_sinkhorn_iters;
+  d.hc_eps = float(c.hc_eps);
+  d.norm_eps = float(c.norm_eps);
+  return d;
+}
+
+// Device -> host copy of a trace array (pageable destination; read after the step's final sync).
+Status trace_copy(std::vector<int32_t>& dst, const int32_t* src, int64_t count, cudaStream_t stream) {
+  dst.resize(size_t(count));
+  return cuda::cuda_status(cudaMemcpyAsync(dst.data(), src, size_t(count) * 4, cudaMemcpyDeviceToHost, stream),
+                           "cudaMemcpyAsync (trace)");
+}
+
+}  // namespace
+
+Status ForwardPass::gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda::W4A16Weight& w, __nv_bfloat16* y,
+                         int64_t ldy) const {
+  cuda::W4A16GemmArgs g;
+  g.x = x;
+  g.ldx = ldx;
+  g.m = m;
+  g.w = w;
+  g.y = y;
+  g.ldy = ldy;
+  return cuda::w4a16_gemm(g, ws_.w4a16.view(), stream_);
+}
+
+Status ForwardPass::layers(const cuda::StepBatchView& b, TraceSink* trace) const {
+  DSV4_RETURN_IF_ERROR(
+      cuda::embed_streams(w_.embed, cfg_.vocab_size, cfg_.hidden, b.token_ids, b.n_tokens, cfg_.hc_mult, a_.X, stream_));
+  if (trace) {
+    trace->selected.assign(size_t(cfg_.n_layers), {});
+    trace->experts.assign(size_t(cfg_.n_layers), {});
+  }
+  for (int l = 0; l < cfg_.n_layers; ++l) DSV4_RETURN_IF_ERROR(layer(l, b, trace).with_context(fmt::format("layer {}", l)));
+  return Status::ok();
+}
+
+Status ForwardPass::layer(int l, const cuda::StepBatchView& b, TraceSink* trace) const {
+  const LayerDeviceWeights& L = w_.layers[size_t(l)];
+  const cuda::HcDims dims = hc_dims(cfg_);
+  const int T = b.n_tokens, D = cfg_.hidden;
+
+  // attention sublayer: HCPre + attn_norm -> attention -> HCPost
+  DSV4_RETURN_IF_ERROR(cuda::hc_pre_norm(a_.X, T, L.hc_attn, L.attn_norm, dims, a_.x, a_.mix, stream_));
+  DSV4_RETURN_IF_ERROR(attention(l, b, trace));
+  DSV4_RETURN_IF_ERROR(cuda::hc_post(a_.X, a_.y, a_.mix, T, dims, stream_));
+
+  // MoE sublayer: HCPre + ffn_norm -> router + experts + shared expert (bf16 y) -> HCPost
+  DSV4_RETURN_IF_ERROR(cuda::hc_pre_norm(a_.X, T, L.hc_ffn, L.ffn_norm, dims, a_.x, a_.mix, stream_));
+  cuda::MoeArgs m;
+  m.x = a_.x;
+  m.ldx = D;
+  m.token_ids = b.token_ids;
+  m.m = T;
+  m.y = a_.y;
+  m.ldy = D;
+  DSV4_RETURN_IF_ERROR(cuda::moe_forward(L.moe, m, ws_.moe, stream_));
+  if (trace)
+    DSV4_RETURN_IF_ERROR(trace_copy(trace->experts[size_t(l)], ws_.moe.topk_ids(), int64_t(T) * cfg_.n_experts_per_tok,
+                                    stream_));
+  return cuda::hc_post(a_.X, a_.y, a_.mix, T, dims, stream_);
+}
+
+Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* trace) const {
+  const LayerDeviceWeights& L = w_.layers[size_t(l)];
+  const LayerKvState& kv = kv_.layers[size_t(l)];
+  const ModelConfig& c = cfg_;
+  const int T = b.n_tokens, D = c.hidden, H = c.n_heads, d = c.head_dim, r = c.rope_dim, ql = c.q_lora_rank;
+  const int64_t ld_qkv = ql + d;
+  const float eps = float(c.norm_eps);
+
+  // query and KV projections in one GEMM: qkv = [bf16(x wq_a^T) | bf16(x wkv^T)]
+  DSV4_RETURN_IF_ERROR(gemm(a_.x, D, T, L.wqkv, a_.qkv, ld_qkv));
+  // qa = bf16(rmsnorm(qa, q_norm)); kv -> kv_norm, rope, fp8 nope -> 584-byte records in the chunk
+  DSV4_RETURN_IF_ERROR(cuda::rmsnorm_rows(a_.qkv, ld_qkv, T, ql, L.q_norm, eps, stream_));
+  DSV4_RETURN_IF_ERROR(cuda::kv_finish(a_.qkv + ql, ld_qkv, T, L.kv_norm, eps, b.token_pos, L.inv_freq, kv.view,
+                                       kv.view.chunk, stream_));
+  // q = bf16(qa wq_b^T), then per head unweighted rmsnorm and rope
+  DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
+  DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));
+
+  const bool csa = L.spec.attn == AttnType::kCsa;
+  if (L.spec.attn != AttnType::kSliding) {
+    // Every dense projection of x in one fp32-output GEMM (the reference keeps them unrounded).
+    const ProjColumns& pc = L.proj;
+    DSV4_RETURN_IF_ERROR(ws_.blas.gemm_f32_out(a_.x, D, T, L.wproj, pc.n, D, a_.proj, pc.n));
+    // Compressors run before attention: an entry completed by a row of this step is visible to
+    // the later rows (the reference pushes the whole chunk first).
+    DSV4_RETURN_IF_ERROR(cuda::compressor_forward(b, a_.proj + pc.comp_a, a_.proj + pc.comp_z, pc.n, L.comp,
+                                                  kv.comp_state, kv.view.entries, kv.view.entry_bytes, stream_)
+                             .with_context("main compressor"));
+    if (csa) {
+      DSV4_RETURN_IF_ERROR(cuda::compressor_forward(b, a_.proj + pc.idx_a, a_.proj + pc.idx_z, pc.n, L.idx_comp,
+                                                    kv.idx_state, kv.view.index_keys, kv.view.index_key_bytes, stream_)
+                               .with_context("indexer compressor"));
+      const int nI = c.index_n_heads, dI = c.index_head_dim;
+      DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.idx_wq_b, a_.qi, int64_t(nI) * dI));
+      DSV4_RETURN_IF_ERROR(cuda::indexer_prepare_q(a_.qi, T, nI, dI, r, b.token_pos, L.inv_freq, stream_));
+      // The reference's weight scale, computed the same way (double, then float).
+      const float scale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(nI)));
+      DSV4_RETURN_IF_ERROR(cuda::indexer_weights(a_.proj + pc.idx_w, pc.n, T, nI, scale, a_.wi, stream_));
+      DSV4_RETURN_IF_ERROR(
+          cuda::indexer_topk(b, a_.qi, a_.wi, nI, kv.view, c.index_topk, ws_.indexer, a_.selected, stream_));
+      if (trace)
+        DSV4_RETURN_IF_ERROR(
+            trace_copy(trace->selected[size_t(l)], a_.selected, int64_t(T) * c.index_topk, stream_));
+    }
+  }
+
+  cuda::AttentionParams ap;
+  ap.n_heads = H;
+  ap.head_dim = d;
+  ap.rope_dim = r;
+  ap.softmax_scale = float(1.0 / std::sqrt(double(d)));
+  ap.sink = L.sink;
+  ap.inv_freq = L.inv_freq;
+  ap.topk = c.index_topk;
+  DSV4_RETURN_IF_ERROR(
+      cuda::sparse_attention(b, a_.q, kv.view, csa ? a_.selected : nullptr, ap, ws_.attention, a_.o, stream_));
+
+  // output: u = bf16(grouped wo_a), y = bf16(u wo_b^T)
+  DSV4_RETURN_IF_ERROR(ws_.blas.grouped_bf16_out(a_.o, T, c.o_groups, L.wo_a, c.o_lora_rank, c.group_in_dim(), a_.u));
+  DSV4_RETURN_IF_ERROR(gemm(a_.u, int64_t(c.o_groups) * c.o_lora_rank, T, L.wo_b, a_.y, D));
+  // The ring advances after attention read it (the chunk's rows may overwrite older positions).
+  return cuda::window_save(b, kv.view, stream_);
+}
+
+Status ForwardPass::head(const __nv_bfloat16* X, const int32_t* rows, int n) const {
+  if (n < 1 || n > a_.logit_rows) return invalid_argument("head: {} rows outside 1..{}", n, a_.logit_rows);
+  DSV4_RETURN_IF_ERROR(cuda::hc_head_norm(X, rows, n, w_.hc_head, w_.norm, hc_dims(cfg_), a_.xh, stream_));
+  return ws_.blas.gemm_f32_out(a_.xh, cfg_.hidden, n, w_.head, cfg_.vocab_size, cfg_.hidden, a_.logits, cfg_.vocab_size);
+}
+
+}  // namespace dsv4::gpu

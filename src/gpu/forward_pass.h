@@ -1,0 +1,88 @@
+// forward_pass.h: the launch sequence of one step on the model's stream: embedding, the layer
+// loop (MODEL_SPEC.md §3; the CPU twin is cpu::CpuModel::block) and the head. Only launches: no
+// allocation, no host synchronization, launch shapes fixed by n_tokens / n_seqs, so the same code
+// runs eagerly and under CUDA graph capture. Every output is rounded where the reference rounds
+// (bf16 at op boundaries; the compressor projections and indexer head weights stay fp32 until
+// their kernels; the logits are fp32).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "base/status.h"
+#include "cuda/attention/attention.h"
+#include "cuda/common/step_batch.h"
+#include "cuda/indexer/indexer.h"
+#include "cuda/moe/moe.h"
+#include "cuda/w4a16/w4a16.h"
+#include "gpu/blas.h"
+#include "gpu/device_weights.h"
+#include "gpu/kv_state.h"
+#include "model/config.h"
+
+namespace dsv4::gpu {
+
+// Static activation buffers, sized once for max_tokens rows (head buffers for logit_rows rows).
+struct Activations {
+  __nv_bfloat16* X = nullptr;    // bf16 [max_tokens, hc * D]: the residual streams
+  __nv_bfloat16* x = nullptr;    // bf16 [max_tokens, D]: sublayer input (after HCPre + norm)
+  float* mix = nullptr;          // f32 [max_tokens, hc + hc * hc]: HCPost weights of the sublayer
+  __nv_bfloat16* qkv = nullptr;  // bf16 [max_tokens, q_lora + d]: qa (q-normed in place) | kv
+  __nv_bfloat16* q = nullptr;    // bf16 [max_tokens, H * d]: queries
+  __nv_bfloat16* o = nullptr;    // bf16 [max_tokens, H * d]: attention output
+  __nv_bfloat16* u = nullptr;    // bf16 [max_tokens, o_groups * o_lora]: grouped wo_a output
+  __nv_bfloat16* y = nullptr;    // bf16 [max_tokens, D]: sublayer output
+  float* proj = nullptr;         // f32 [max_tokens, max ProjColumns::n]: compressor/indexer projections
+  __nv_bfloat16* qi = nullptr;   // bf16 [max_tokens, nI * dI]: indexer queries
+  float* wi = nullptr;           // f32 [max_tokens, nI]: indexer head weights
+  int32_t* selected = nullptr;   // i32 [max_tokens, index_topk]: indexer selection
+  __nv_bfloat16* xh = nullptr;   // bf16 [logit_rows, D]: head input
+  float* logits = nullptr;       // f32 [logit_rows, vocab]
+  int max_tokens = 0, logit_rows = 0, proj_cols = 0;
+};
+
+struct Workspaces {
+  cuda::W4A16Workspace w4a16;
+  cuda::MoeWorkspace moe;
+  cuda::IndexerWorkspace indexer;    // present when the model has a CSA layer
+  cuda::AttentionWorkspace attention;
+  Blas blas;
+  bool has_indexer = false;
+};
+
+// Host copies of one step's discrete choices (filled only when asked; a D2H copy per layer).
+struct TraceSink {
+  std::vector<std::vector<int32_t>> selected;  // [layer] i32 [n_tokens * topk] (CSA layers)
+  std::vector<std::vector<int32_t>> experts;   // [layer] i32 [n_tokens * top_k]
+};
+
+class ForwardPass {
+ public:
+  ForwardPass(const ModelConfig& cfg, const DeviceModelWeights& w, const KvState& kv, const Activations& a,
+              Workspaces& ws, cudaStream_t stream)
+      : cfg_(cfg), w_(w), kv_(kv), a_(a), ws_(ws), stream_(stream) {}
+
+  // Embedding, then every layer. b: the step on the device (step_batch.h).
+  Status layers(const cuda::StepBatchView& b, TraceSink* trace) const;
+  // Logits f32 [n, vocab] into Activations::logits for rows rows[i] of X (device i32 [n]), or
+  // rows 0..n-1 of X when rows is null. n <= logit_rows.
+  Status head(const __nv_bfloat16* X, const int32_t* rows, int n) const;
+
+ private:
+  Status layer(int l, const cuda::StepBatchView& b, TraceSink* trace) const;
+  Status attention(int l, const cuda::StepBatchView& b, TraceSink* trace) const;
+  Status gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda::W4A16Weight& w, __nv_bfloat16* y,
+              int64_t ldy) const;
+
+  const ModelConfig& cfg_;
+  const DeviceModelWeights& w_;
+  const KvState& kv_;
+  const Activations& a_;
+  Workspaces& ws_;
+  cudaStream_t stream_;
+};
+
+}  // namespace dsv4::gpu

@@ -1,0 +1,76 @@
+// kv_state.cpp: sizes and allocation of the device KV state (see kv_state.h).
+#include "gpu/kv_state.h"
+
+#include <fmt/format.h>
+
+#include "cuda/compressor/compressor.h"
+#include "kvcache/kv_record.h"
+
+namespace dsv4::gpu {
+
+KvStateSizes kv_state_sizes(const ModelConfig& cfg, const std::vector<LayerDeviceWeights>& layers, int max_seqs,
+                            int max_tokens, int n_kv_blocks) {
+  KvStateSizes s;
+  s.max_seqs = max_seqs;
+  s.max_tokens = max_tokens;
+  s.n_kv_blocks = n_kv_blocks;
+  s.entry_bytes = kv::entry_bytes(cfg.nope_dim(), cfg.rope_dim);
+  s.index_key_bytes = kv::indexer_key_bytes(cfg.index_head_dim);
+  s.chunk_bytes = int64_t(max_tokens) * s.entry_bytes;
+  for (const LayerDeviceWeights& l : layers) {
+    s.slot_bytes += int64_t(cfg.sliding_window) * s.entry_bytes;
+    if (l.spec.attn == AttnType::kSliding) continue;
+    const int64_t per_block = cuda::kKvBlockTokens / l.spec.compress_ratio;
+    s.block_bytes += per_block * s.entry_bytes;
+    s.slot_bytes += cuda::compressor_state_floats(l.comp) * 4;
+    if (l.spec.attn == AttnType::kCsa) {
+      s.block_bytes += per_block * s.index_key_bytes;
+      s.slot_bytes += cuda::compressor_state_floats(l.idx_comp) * 4;
+    }
+  }
+  return s;
+}
+
+Result<KvState> create_kv_state(const ModelConfig& cfg, const std::vector<LayerDeviceWeights>& layers,
+                                const KvStateSizes& sizes, DeviceArena& arena) {
+  KvState kv;
+  kv.sizes = sizes;
+  const MemCategory cat = MemCategory::kKvState;
+  DSV4_ASSIGN_OR_RETURN(uint8_t * chunk, arena.alloc_n<uint8_t>(sizes.chunk_bytes, cat, "the KV chunk buffer", true));
+  kv.layers.resize(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerDeviceWeights& l = layers[i];
+    LayerKvState& st = kv.layers[i];
+    cuda::LayerKvView& v = st.view;
+    v.window_size = cfg.sliding_window;
+    v.chunk = chunk;
+    v.ratio = l.spec.compress_ratio;
+    v.nope = cfg.nope_dim();
+    v.rope = cfg.rope_dim;
+    v.entry_bytes = int(sizes.entry_bytes);
+    v.index_dim = cfg.index_head_dim;
+    v.index_key_bytes = int(sizes.index_key_bytes);
+    const std::string name = fmt::format("layer {} ", i);
+    DSV4_ASSIGN_OR_RETURN(v.window, arena.alloc_n<uint8_t>(int64_t(sizes.max_seqs) * cfg.sliding_window *
+                                                               sizes.entry_bytes,
+                                                           cat, name + "window rings", true));
+    if (l.spec.attn == AttnType::kSliding) continue;
+    const int64_t per_block = cuda::kKvBlockTokens / l.spec.compress_ratio;
+    DSV4_ASSIGN_OR_RETURN(v.entries, arena.alloc_n<uint8_t>(int64_t(sizes.n_kv_blocks) * per_block * sizes.entry_bytes,
+                                                            cat, name + "compressed entries", true));
+    DSV4_ASSIGN_OR_RETURN(st.comp_state,
+                          arena.alloc_n<float>(int64_t(sizes.max_seqs) * cuda::compressor_state_floats(l.comp), cat,
+                                               name + "compressor state", true));
+    if (l.spec.attn == AttnType::kCsa) {
+      DSV4_ASSIGN_OR_RETURN(v.index_keys,
+                            arena.alloc_n<uint8_t>(int64_t(sizes.n_kv_blocks) * per_block * sizes.index_key_bytes, cat,
+                                                   name + "indexer keys", true));
+      DSV4_ASSIGN_OR_RETURN(st.idx_state,
+                            arena.alloc_n<float>(int64_t(sizes.max_seqs) * cuda::compressor_state_floats(l.idx_comp),
+                                                 cat, name + "indexer compressor state", true));
+    }
+  }
+  return kv;
+}
+
+}  // namespace dsv4::gpu
