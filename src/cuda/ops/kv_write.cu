@@ -1,0 +1,185 @@
+// kv_write.cu: kv_finish and window_save (ops.h), the KV path from the wkv projection to the
+// 584-byte records (cpu::attention_forward: kv_norm, bf16, RoPE, bf16, fp8sim of the nope dims;
+// kv::pack_entry's layout [nope e4m3][rope bf16][ue8m0 scales, zero pad to 8]) and the copy of
+// each sequence's newest records into its window ring. A record row fits one warp.
+#include <cstdint>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/kv_codec.cuh"
+#include "cuda/ops/ops.h"
+#include "cuda/ops/ops_util.cuh"
+
+namespace dsv4::cuda {
+
+namespace {
+
+using namespace ops_detail;
+
+constexpr int kRowWarps = 4;     // kv_finish rows per block
+constexpr int kRowChunks = 4;    // head_dim <= 32 * 8 * 4 = 1024
+constexpr int kSaveWarps = 8;    // window_save rows per block
+constexpr int kFp8Block = 64;    // nope dims per ue8m0 scale
+
+struct KvFinishArgs {
+  const __nv_bfloat16* kv;  // bf16 [T, ld], first nope + rope columns used
+  int64_t ld;
+  int T, nope, rope, entry_bytes;
+  const float* norm_w;      // f32 [nope + rope]
+  float eps;
+  const int32_t* token_pos; // i32 [T]
+  const float* inv_freq;    // f32 [rope / 2]
+  uint8_t* records;         // u8 [T][entry_bytes]
+};
+
+// grid ceil(T / 4), 4 warps; warp = one row, lane = chunks of 8 dims c = lane + 32 i. An fp8
+// block (64 dims = 8 chunks) is held by 8 consecutive lanes of one i, since 32 % 8 == 0.
+__global__ void __launch_bounds__(kRowWarps * 32) kv_finish_kernel(KvFinishArgs a) {
+  const int lane = threadIdx.x & 31;
+  const int t = blockIdx.x * kRowWarps + (threadIdx.x >> 5);
+  if (t >= a.T) return;  // whole warps leave together
+  const int d = a.nope + a.rope, n_chunks = d / 8;
+  const __nv_bfloat16* src = a.kv + int64_t(t) * a.ld;
+  uint8_t* rec = a.records + int64_t(t) * a.entry_bytes;
+
+  float v[kRowChunks][8];
+  float ss = 0.0f;
+#pragma unroll
+  for (int ci = 0; ci < kRowChunks; ++ci) {
+    const int c = lane + 32 * ci;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[ci][e] = 0.0f;
+    if (c < n_chunks) {
+      load_bf16x8(src + 8 * c, v[ci]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss += v[ci][e] * v[ci][e];
+    }
+  }
+  ss = warp_sum(ss);
+  const float r = 1.0f / sqrtf(ss / float(d) + a.eps);
+  const float pos = float(a.token_pos[t]);
+
+#pragma unroll
+  for (int ci = 0; ci < kRowChunks; ++ci) {
+    if (32 * ci >= n_chunks) break;  // uniform: the shuffles below need the whole warp
+    const int c = lane + 32 * ci;
+    const bool active = c < n_chunks;
+    float out[8];
+    float amax = 0.0f;
+    if (active) {
+      const float4 w0 = __ldg(reinterpret_cast<const float4*>(a.norm_w + 8 * c));
+      const float4 w1 = __ldg(reinterpret_cast<const float4*>(a.norm_w + 8 * c + 4));
+      const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) out[e] = round_bf16_dev(__fmul_rn(wv[e], __fmul_rn(v[ci][e], r)));
+      if (8 * c >= a.nope) {
+        const int k0 = (8 * c - a.nope) / 2;
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+          rope_pair(out[2 * p], out[2 * p + 1], __fmul_rn(pos, __ldg(a.inv_freq + k0 + p)));
+          out[2 * p] = round_bf16_dev(out[2 * p]);
+          out[2 * p + 1] = round_bf16_dev(out[2 * p + 1]);
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(out[e]));
+      }
+    }
+    // Block amax over the 8 lanes of this fp8 block (rope and inactive lanes give 0, unused).
+    amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, 2));
+    amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, 4));
+    if (!active) continue;
+    if (8 * c < a.nope) {
+      const int e = fp8_block_exponent(amax);
+      uint32_t lo = 0, hi = 0;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        lo |= uint32_t(encode_e4m3(out[q], e)) << (8 * q);
+        hi |= uint32_t(encode_e4m3(out[4 + q], e)) << (8 * q);
+      }
+      *reinterpret_cast<uint2*>(rec + 8 * c) = make_uint2(lo, hi);  // 8-byte aligned: entry_bytes % 8 == 0
+      if ((lane & 7) == 0) rec[a.nope + 2 * a.rope + (8 * c) / kFp8Block] = encode_ue8m0(e);
+    } else {
+      uint32_t words[4];
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(out[2 * p], out[2 * p + 1]);
+        words[p] = *reinterpret_cast<const uint32_t*>(&h);
+      }
+      // Record offsets nope + 16 k: only 8-byte alignment is guaranteed (584 = 8 x 73).
+      uint2* dst = reinterpret_cast<uint2*>(rec + a.nope + 2 * (8 * c - a.nope));
+      dst[0] = make_uint2(words[0], words[1]);
+      dst[1] = make_uint2(words[2], words[3]);
+    }
+  }
+  // Zero pad after the scales (kv::pack_entry clears it).
+  const int scale0 = a.nope + 2 * a.rope, n_scales = a.nope / kFp8Block;
+  if (lane < a.entry_bytes - scale0 - n_scales) rec[scale0 + n_scales + lane] = 0;
+}
+
+// grid ceil(n_tokens / 8), 8 warps; warp = one token row of the step. The row is saved when its
+// sequence is real and it is among the sequence's last W rows (older rows would share a ring
+// slot with a newer one). Record copies in 8-byte words.
+__global__ void __launch_bounds__(kSaveWarps * 32) window_save_kernel(StepBatchView b, LayerKvView kv) {
+  const int lane = threadIdx.x & 31;
+  const int r = blockIdx.x * kSaveWarps + (threadIdx.x >> 5);
+  if (r >= b.n_tokens) return;
+  const int s = b.token_seq[r];
+  if (s < 0 || s >= b.n_seqs) return;
+  const int slot = b.seq_slot[s], ntok = b.seq_ntok[s];
+  if (slot < 0 || ntok <= 0) return;
+  const int j = r - b.seq_tok0[s];  // row within the sequence's rows of this step
+  if (j < 0 || j >= ntok || j < ntok - kv.window_size) return;
+  const int64_t pos = int64_t(b.seq_pos0[s]) + j;
+  const int64_t words = kv.entry_bytes / 8;
+  const uint2* src = reinterpret_cast<const uint2*>(kv.chunk + int64_t(r) * kv.entry_bytes);
+  uint2* dst = reinterpret_cast<uint2*>(kv.window +
+                                        (int64_t(slot) * kv.window_size + pos % kv.window_size) * kv.entry_bytes);
+  for (int64_t i = lane; i < words; i += 32) dst[i] = src[i];
+}
+
+bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0; }
+
+// Bytes of a main record: [nope e4m3][rope bf16][nope / 64 ue8m0], padded to a multiple of 8
+// (kv::entry_bytes for nope a multiple of 64).
+int main_record_bytes(int nope, int rope) { return (nope + 2 * rope + nope / kFp8Block + 7) / 8 * 8; }
+
+}  // namespace
+
+Status kv_finish(const __nv_bfloat16* kv, int64_t ld, int T, const float* norm_w, float eps, const int32_t* token_pos,
+                 const float* inv_freq, const LayerKvView& layout, uint8_t* records, cudaStream_t stream) {
+  if (kv == nullptr || norm_w == nullptr || token_pos == nullptr || records == nullptr ||
+      (layout.rope > 0 && inv_freq == nullptr))
+    return invalid_argument("kv_finish: null pointer");
+  const int nope = layout.nope, rope = layout.rope, d = nope + rope;
+  if (nope < kFp8Block || nope % kFp8Block != 0 || rope < 0 || rope % 8 != 0 || d > 8 * 32 * kRowChunks)
+    return invalid_argument("kv_finish: nope {} must be a multiple of 64 and rope {} of 8, nope + rope <= {}", nope, rope,
+                            8 * 32 * kRowChunks);
+  if (layout.entry_bytes != main_record_bytes(nope, rope))
+    return invalid_argument("kv_finish: entry_bytes {} (expected {} for nope {}, rope {})", layout.entry_bytes,
+                            main_record_bytes(nope, rope), nope, rope);
+  if (ld < d || ld % 8 != 0 || T < 0) return invalid_argument("kv_finish: ld {} (>= {}, a multiple of 8), T {}", ld, d, T);
+  if (!aligned(kv, 16) || !aligned(norm_w, 16) || !aligned(records, 8))
+    return invalid_argument("kv_finish: kv and norm_w must be 16-byte aligned, records 8-byte aligned");
+  if (T == 0) return Status::ok();
+  const KvFinishArgs a{kv, ld, T, nope, rope, layout.entry_bytes, norm_w, eps, token_pos, inv_freq, records};
+  kv_finish_kernel<<<(T + kRowWarps - 1) / kRowWarps, kRowWarps * 32, 0, stream>>>(a);
+  return last_launch_status("kv_finish");
+}
+
+Status window_save(const StepBatchView& b, const LayerKvView& kv, cudaStream_t stream) {
+  if (b.n_tokens < 0 || b.n_seqs < 0) return invalid_argument("window_save: n_tokens {}, n_seqs {}", b.n_tokens, b.n_seqs);
+  if (b.n_tokens == 0) return Status::ok();
+  if (b.token_seq == nullptr || b.seq_slot == nullptr || b.seq_pos0 == nullptr || b.seq_tok0 == nullptr ||
+      b.seq_ntok == nullptr || kv.window == nullptr || kv.chunk == nullptr)
+    return invalid_argument("window_save: null pointer");
+  if (kv.window_size < 1 || kv.entry_bytes < 8 || kv.entry_bytes % 8 != 0)
+    return invalid_argument("window_save: window_size {} >= 1, entry_bytes {} a multiple of 8", kv.window_size,
+                            kv.entry_bytes);
+  if (!aligned(kv.window, 8) || !aligned(kv.chunk, 8))
+    return invalid_argument("window_save: window and chunk must be 8-byte aligned");
+  window_save_kernel<<<(b.n_tokens + kSaveWarps - 1) / kSaveWarps, kSaveWarps * 32, 0, stream>>>(b, kv);
+  return last_launch_status("window_save");
+}
+
+}  // namespace dsv4::cuda

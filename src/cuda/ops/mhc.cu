@@ -1,0 +1,256 @@
+// mhc.cu: hc_pre_norm and hc_head_norm (ops.h), the mHC collapse of the hc residual streams
+// followed by an RMSNorm (cpu::hc_pre / hc_head, then rmsnorm and bf16 as in CpuModel::block's
+// `pre` and head_logits). Two launches, plan in mhc_plan.h:
+//   1. partials: the fn . v and v . v slice sums of every token (fn read once per token group),
+//      parked in the token's output row x[t];
+//   2. finish: one block per token sums the slices, warp 0 computes rho, the pre/post weights and
+//      the Sinkhorn comb (mix), then the block collapses the streams, rounds to bf16 and applies
+//      the RMSNorm, overwriting x[t].
+// Numerics: the slice sums differ from the reference's dot only by fp32 summation order; the
+// collapse, the norm's products and the Sinkhorn use the reference's order and rounding points.
+#include <cstdint>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/ops/mhc_mix.cuh"
+#include "cuda/ops/mhc_plan.h"
+#include "cuda/ops/ops.h"
+#include "cuda/ops/ops_util.cuh"
+
+namespace dsv4::cuda {
+
+namespace {
+
+using namespace mhc_detail;
+using namespace ops_detail;
+
+constexpr int kMaxHc = 4;             // register arrays of the finish kernel
+constexpr int kFinishThreads = 512;   // 8 columns per thread and chunk
+constexpr int kFinishChunks = 2;      // D <= 512 * 8 * 2 = 8192
+
+struct MixPartialsArgs {
+  const __nv_bfloat16* X;  // bf16 [*, hc*D] residual streams
+  const int32_t* rows;     // i32 [T] X row of token t; null: t
+  const float* fn;         // f32 [n_mix, hc*D]
+  int hcD, n_mix, T, tokens_per_block;
+  float* partials;         // f32, token t at partials + t * partial_row: [n_splits][n_mix + 1]
+  int64_t partial_row;     // floats between tokens (D / 2: the token's bf16 output row)
+};
+
+// grid (n_splits, n_groups), 64 threads. Thread = 4 columns of the block's 256-column slice;
+// value r < n_mix of a token is fn[r] . v over the slice, value kWidth - 1 is v . v.
+template <int kMaxMix, int kWidth>
+__global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsArgs a) {
+  static_assert(kMaxMix < kWidth, "one reduction lane is kept for v . v");
+  constexpr int kWarps = kMixThreads / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int split = blockIdx.x;
+  const int64_t col = int64_t(split) * kMixSplitCols + 4 * threadIdx.x;
+
+  // fn stays in registers for all tokens of the group: 1.5 MB per call, read once per group.
+  float w[kMaxMix][4];
+#pragma unroll
+  for (int r = 0; r < kMaxMix; ++r) {
+    float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < a.n_mix) f = __ldg(reinterpret_cast<const float4*>(a.fn + int64_t(r) * a.hcD + col));
+    w[r][0] = f.x;
+    w[r][1] = f.y;
+    w[r][2] = f.z;
+    w[r][3] = f.w;
+  }
+
+  const int t0 = blockIdx.y * a.tokens_per_block;
+  const int t1 = min(a.T, t0 + a.tokens_per_block);
+  auto load_x = [&](int t) {
+    const int64_t row = a.rows != nullptr ? a.rows[t] : t;
+    return *reinterpret_cast<const uint2*>(a.X + row * a.hcD + col);
+  };
+  // Double-buffered so one barrier per token suffices (see the loop).
+  __shared__ float red[2][kWarps][kWidth];
+  uint2 next = t0 < t1 ? load_x(t0) : make_uint2(0, 0);
+  for (int t = t0; t < t1; ++t) {
+    const uint2 cur = next;
+    if (t + 1 < t1) next = load_x(t + 1);  // in flight during this token's math
+    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&cur.x));
+    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&cur.y));
+    float v[kWidth];
+#pragma unroll
+    for (int r = 0; r < kMaxMix; ++r) v[r] = w[r][0] * lo.x + w[r][1] * lo.y + w[r][2] * hi.x + w[r][3] * hi.y;
+#pragma unroll
+    for (int r = kMaxMix; r < kWidth - 1; ++r) v[r] = 0.0f;
+    v[kWidth - 1] = lo.x * lo.x + lo.y * lo.y + hi.x * hi.x + hi.y * hi.y;
+    const float s = warp_reduce_scatter<kWidth>(v, lane);
+    // red[buf] is rewritten two tokens later, after every reader passed the next token's barrier.
+    const int buf = (t - t0) & 1;
+    if (lane < kWidth) red[buf][warp][lane] = s;
+    __syncthreads();
+    if (threadIdx.x < kWidth) {
+      float total = 0.0f;
+#pragma unroll
+      for (int wi = 0; wi < kWarps; ++wi) total += red[buf][wi][threadIdx.x];
+      float* dst = a.partials + int64_t(t) * a.partial_row + int64_t(split) * (a.n_mix + 1);
+      if (int(threadIdx.x) < a.n_mix) dst[threadIdx.x] = total;
+      if (threadIdx.x == kWidth - 1) dst[a.n_mix] = total;
+    }
+  }
+}
+
+struct MixFinishArgs {
+  const __nv_bfloat16* X;  // bf16 [*, hc*D]
+  const int32_t* rows;     // i32 [T] X row of token t; null: t
+  const float* base;       // f32 [n_mix]
+  const float* scale;      // f32 [3] (blocks) or [1] (head)
+  const float* norm_w;     // f32 [D]
+  int hc, D, n_mix, n_splits, sinkhorn_iters;
+  float hc_eps, norm_eps;
+  bool head;               // hc_head: pre weights only, no mix output
+  int64_t partial_row;     // floats between tokens' partials (in x)
+  __nv_bfloat16* x;        // bf16 [T, D]; holds the partials on entry
+  float* mix;              // f32 [T, hc + hc*hc] (blocks only)
+};
+
+// grid T, 512 threads. Thread = chunks of 8 columns (c = tid + 512 i) of every stream.
+__global__ void __launch_bounds__(kFinishThreads) mix_finish_kernel(MixFinishArgs a) {
+  const int t = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_chunks = a.D / 8;
+  const int64_t row = a.rows != nullptr ? a.rows[t] : t;
+  __shared__ float s_pre[kMaxHc];
+  __shared__ float s_red[32];
+
+  // The streams' loads go out first and overlap warp 0's serial part.
+  uint4 raw[kFinishChunks][kMaxHc];
+#pragma unroll
+  for (int ci = 0; ci < kFinishChunks; ++ci) {
+    const int c = threadIdx.x + ci * kFinishThreads;
+#pragma unroll
+    for (int i = 0; i < kMaxHc; ++i) {
+      raw[ci][i] = make_uint4(0, 0, 0, 0);
+      if (c < n_chunks && i < a.hc)
+        raw[ci][i] = *reinterpret_cast<const uint4*>(a.X + (row * a.hc + i) * a.D + 8 * c);
+    }
+  }
+
+  if (warp == 0) {
+    // Lane j <= n_mix: slice sum j over all slices, in slice order (value n_mix is v . v).
+    const float* part = reinterpret_cast<const float*>(a.x) + int64_t(t) * a.partial_row;
+    const int stride = a.n_mix + 1;
+    float acc = 0.0f;
+    if (lane <= a.n_mix) {
+#pragma unroll 8
+      for (int s = 0; s < a.n_splits; ++s) acc += part[s * stride + lane];
+    }
+    const float ss = __shfl_sync(kFullMask, acc, a.n_mix);
+    const float rho = 1.0f / sqrtf(ss / float(a.hc * a.D) + a.norm_eps);
+    const float mu = __fmul_rn(acc, rho);  // lane i < n_mix: mu_i
+    const int hc = a.hc;
+    const float mu_post = __shfl_sync(kFullMask, mu, (hc + lane) & 31);
+    const float mu_comb = __shfl_sync(kFullMask, mu, (2 * hc + lane) & 31);
+    if (lane < hc) s_pre[lane] = sigmoid_dev(__fadd_rn(__fmul_rn(mu, a.scale[0]), a.base[lane])) + a.hc_eps;
+    if (!a.head) {
+      float* mix_t = a.mix + int64_t(t) * (hc + hc * hc);
+      if (lane < hc)
+        mix_t[lane] = 2.0f * sigmoid_dev(__fadd_rn(__fmul_rn(mu_post, a.scale[1]), a.base[hc + lane]));
+      const float logit =
+          lane < hc * hc ? __fadd_rn(__fmul_rn(mu_comb, a.scale[2]), a.base[2 * hc + lane]) : 0.0f;
+      const float comb = sinkhorn_warp(logit, hc, a.sinkhorn_iters, a.hc_eps, lane);
+      if (lane < hc * hc) mix_t[hc + lane] = comb;
+    }
+  }
+  // Also orders warp 0's reads of the partials before any write of x[t] below.
+  __syncthreads();
+
+  // Collapse: x = bf16(sum_i pre_i X_i) in stream order, then the RMSNorm over the bf16 values.
+  float xv[kFinishChunks][8];
+  float ss_local = 0.0f;
+#pragma unroll
+  for (int ci = 0; ci < kFinishChunks; ++ci) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) xv[ci][e] = 0.0f;
+    if (threadIdx.x + ci * kFinishThreads >= n_chunks) continue;
+#pragma unroll
+    for (int i = 0; i < kMaxHc; ++i) {
+      if (i >= a.hc) break;
+      const float p = s_pre[i];
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw[ci][i]);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 f = __bfloat1622float2(h[q]);
+        xv[ci][2 * q] = __fadd_rn(xv[ci][2 * q], __fmul_rn(p, f.x));
+        xv[ci][2 * q + 1] = __fadd_rn(xv[ci][2 * q + 1], __fmul_rn(p, f.y));
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      xv[ci][e] = round_bf16_dev(xv[ci][e]);
+      ss_local += xv[ci][e] * xv[ci][e];
+    }
+  }
+  const float ss = block_sum(ss_local, s_red);
+  const float r = 1.0f / sqrtf(ss / float(a.D) + a.norm_eps);
+#pragma unroll
+  for (int ci = 0; ci < kFinishChunks; ++ci) {
+    const int c = threadIdx.x + ci * kFinishThreads;
+    if (c >= n_chunks) continue;
+    const float4 w0 = __ldg(reinterpret_cast<const float4*>(a.norm_w + 8 * c));
+    const float4 w1 = __ldg(reinterpret_cast<const float4*>(a.norm_w + 8 * c + 4));
+    const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+    float out[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = __fmul_rn(w[e], __fmul_rn(xv[ci][e], r));
+    store_bf16x8(a.x + int64_t(t) * a.D + 8 * c, out);
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// Shared validation and the two launches; `head` selects hc_head_norm's variant.
+Status launch_hc_mix(const char* name, const __nv_bfloat16* X, const int32_t* rows, int T, const HcParamsView& p,
+                     const float* norm_w, const HcDims& d, bool head, __nv_bfloat16* x, float* mix,
+                     cudaStream_t stream) {
+  if (X == nullptr || p.fn == nullptr || p.base == nullptr || p.scale == nullptr || norm_w == nullptr || x == nullptr ||
+      (!head && mix == nullptr))
+    return invalid_argument("{}: null pointer", name);
+  if (d.hc < 1 || d.hc > kMaxHc || d.D < 64 || d.D % 64 != 0 || d.D > 8 * kFinishThreads * kFinishChunks)
+    return invalid_argument("{}: hc {} must be in 1..{} and D {} a multiple of 64 up to {}", name, d.hc, kMaxHc, d.D,
+                            8 * kFinishThreads * kFinishChunks);
+  const int n_mix = head ? d.hc : (2 + d.hc) * d.hc;
+  if (p.n_mix != n_mix) return invalid_argument("{}: n_mix {} (expected {} for hc {})", name, p.n_mix, n_mix, d.hc);
+  if (!head && d.sinkhorn_iters < 1) return invalid_argument("{}: sinkhorn_iters {} < 1", name, d.sinkhorn_iters);
+  if (T < 0) return invalid_argument("{}: T {} < 0", name, T);
+  if (!aligned16(X) || !aligned16(p.fn) || !aligned16(norm_w) || !aligned16(x))
+    return invalid_argument("{}: X, fn, norm_w and x must be 16-byte aligned", name);
+  MixPlan plan;
+  if (!plan_mix(T, d.hc, d.D, n_mix, plan))
+    return invalid_argument("{}: no mix plan for hc {}, D {} (hc*D a multiple of 256, partials fit in a row)", name,
+                            d.hc, d.D);
+  if (T == 0) return Status::ok();
+
+  float* partials = reinterpret_cast<float*>(x);
+  const int64_t partial_row = d.D / 2;
+  const MixPartialsArgs pa{X, rows, p.fn, d.hc * d.D, n_mix, T, plan.tokens_per_block, partials, partial_row};
+  const dim3 grid(plan.n_splits, plan.n_groups);
+  if (head)
+    mix_partials_kernel<kMaxHc, 8><<<grid, kMixThreads, 0, stream>>>(pa);
+  else
+    mix_partials_kernel<(2 + kMaxHc) * kMaxHc, 32><<<grid, kMixThreads, 0, stream>>>(pa);
+  DSV4_RETURN_IF_ERROR(last_launch_status(name));
+
+  const MixFinishArgs fa{X,     rows,    p.base, p.scale, norm_w, d.hc, d.D,    n_mix, plan.n_splits, d.sinkhorn_iters,
+                         d.hc_eps, d.norm_eps, head, partial_row, x, mix};
+  mix_finish_kernel<<<T, kFinishThreads, 0, stream>>>(fa);
+  return last_launch_status(name);
+}
+
+}  // namespace
+
+Status hc_pre_norm(const __nv_bfloat16* X, int T, const HcParamsView& p, const float* norm_w, const HcDims& dims,
+                   __nv_bfloat16* x, float* mix, cudaStream_t stream) {
+  return launch_hc_mix("hc_pre_norm", X, nullptr, T, p, norm_w, dims, /*head=*/false, x, mix, stream);
+}
+
+Status hc_head_norm(const __nv_bfloat16* X, const int32_t* rows, int n, const HcParamsView& p, const float* norm_w,
+                    const HcDims& dims, __nv_bfloat16* x, cudaStream_t stream) {
+  return launch_hc_mix("hc_head_norm", X, rows, n, p, norm_w, dims, /*head=*/true, x, nullptr, stream);
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,46 @@
+// mhc_plan.h: launch plan of the mHC mix logits (hc_pre_norm and hc_head_norm in mhc.cu), kept
+// apart from the kernels so it is plain host code that the tests check without a GPU.
+//
+// The mix logits mu = (fn . v) * rho are a skinny GEMM: n_mix (24) rows of hc*D (16384) fp32 per
+// token, 1.5 MB of fn per call. The partials kernel splits hc*D into 256-column slices (64 blocks
+// at T = 1, each thread holding 4 columns of every fn row in registers) and walks a group of
+// tokens, so fn is read once per token group rather than once per token. The slice sums
+// [n_splits][n_mix + 1] (the last one is sum v^2, for rho) of token t are parked in t's own
+// output row x[t] (D bf16 = D / 2 floats), which the finish kernel reads before it overwrites the
+// row: the launchers need no workspace, and the finish kernel sums the slices in a fixed order
+// (deterministic). That needs n_splits * (n_mix + 1) <= D / 2, i.e. hc * (n_mix + 1) <= 128:
+// hc = 4 gives 100 for blocks (n_mix 24) and 20 for the head (n_mix 4).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace dsv4::cuda::mhc_detail {
+
+inline constexpr int kMixSplitCols = 256;          // columns of hc*D per partials block
+inline constexpr int kMixThreads = 64;             // 4 columns per thread
+inline constexpr int kMixMaxGroups = 32;           // token groups at most (fn reads from L2)
+inline constexpr int kMixMinTokensPerBlock = 8;    // below this fn re-reads cost more than they give
+
+struct MixPlan {
+  int n_splits = 0;          // partials blocks along hc*D
+  int tokens_per_block = 0;  // tokens one partials block walks
+  int n_groups = 0;          // partials blocks along the tokens
+  int partial_stride = 0;    // floats of one slice of one token: n_mix + 1
+};
+
+// Plan for T tokens (T >= 0). False when hc*D is not a multiple of 256 or the slice sums of a
+// token do not fit in its output row.
+inline bool plan_mix(int T, int hc, int D, int n_mix, MixPlan& p) {
+  const int64_t hcD = int64_t(hc) * D;
+  if (hc < 1 || D < 1 || n_mix < 1 || T < 0 || hcD % kMixSplitCols != 0) return false;
+  p.n_splits = int(hcD / kMixSplitCols);
+  p.partial_stride = n_mix + 1;
+  // Decode (T <= 8): one group, every block walks all tokens. Prefill: at most 32 groups.
+  const int by_groups = (T + kMixMaxGroups - 1) / kMixMaxGroups;
+  p.tokens_per_block = std::max({by_groups, std::min(T, kMixMinTokensPerBlock), 1});
+  p.n_groups = (T + p.tokens_per_block - 1) / p.tokens_per_block;
+  return int64_t(p.n_splits) * p.partial_stride <= D / 2;
+}
+
+}  // namespace dsv4::cuda::mhc_detail

@@ -1,0 +1,70 @@
+// mhc_post.cu: hc_post (ops.h), the mHC write-back of a sublayer output into the hc residual
+// streams (cpu::hc_post, MODEL_SPEC.md §4.2), in place. Elementwise: every output element is
+// bf16(post_k y + sum_j comb[j][k] X_j) with the reference's order and rounding points, so it is
+// bit-exact with cpu::hc_post given the same mix.
+#include <cstdint>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/ops/ops.h"
+#include "cuda/ops/ops_util.cuh"
+
+namespace dsv4::cuda {
+
+namespace {
+
+using namespace ops_detail;
+
+constexpr int kPostThreads = 128;
+constexpr int kMaxHc = 4;
+
+// grid (ceil(D / 8 / 128), T): thread = 8 columns of one token in every stream. It reads all hc
+// streams before writing any, and no other thread touches them, so in place is safe.
+__global__ void __launch_bounds__(kPostThreads)
+    hc_post_kernel(__nv_bfloat16* __restrict__ X, const __nv_bfloat16* __restrict__ y, const float* __restrict__ mix,
+                   int hc, int D) {
+  const int t = blockIdx.y;
+  const int c = blockIdx.x * kPostThreads + threadIdx.x;
+  if (c >= D / 8) return;
+  const float* m = mix + int64_t(t) * (hc + hc * hc);  // [post (hc), comb (hc x hc)]
+  float yv[8];
+  load_bf16x8(y + int64_t(t) * D + 8 * c, yv);
+  float xs[kMaxHc][8];
+#pragma unroll
+  for (int j = 0; j < kMaxHc; ++j)
+    if (j < hc) load_bf16x8(X + (int64_t(t) * hc + j) * D + 8 * c, xs[j]);
+#pragma unroll
+  for (int k = 0; k < kMaxHc; ++k) {
+    if (k >= hc) break;
+    const float post = __ldg(m + k);
+    float out[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = __fmul_rn(post, yv[e]);
+#pragma unroll
+    for (int j = 0; j < kMaxHc; ++j) {
+      if (j >= hc) break;
+      const float comb = __ldg(m + hc + j * hc + k);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) out[e] = __fadd_rn(out[e], __fmul_rn(comb, xs[j][e]));
+    }
+    store_bf16x8(X + (int64_t(t) * hc + k) * D + 8 * c, out);
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+
+Status hc_post(__nv_bfloat16* X, const __nv_bfloat16* y, const float* mix, int T, const HcDims& dims,
+               cudaStream_t stream) {
+  if (X == nullptr || y == nullptr || mix == nullptr) return invalid_argument("hc_post: null pointer");
+  if (dims.hc < 1 || dims.hc > kMaxHc || dims.D < 8 || dims.D % 8 != 0 || T < 0 || T > 65535)
+    return invalid_argument("hc_post: hc {} must be in 1..{}, D {} a multiple of 8, T {} in 0..65535", dims.hc, kMaxHc,
+                            dims.D, T);
+  if (!aligned16(X) || !aligned16(y)) return invalid_argument("hc_post: X and y must be 16-byte aligned");
+  if (T == 0) return Status::ok();
+  const dim3 grid((dims.D / 8 + kPostThreads - 1) / kPostThreads, T);
+  hc_post_kernel<<<grid, kPostThreads, 0, stream>>>(X, y, mix, dims.hc, dims.D);
+  return last_launch_status("hc_post");
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,131 @@
+// norm_rope.cu: rmsnorm_rows and q_norm_rope (ops.h), the row norms of the query path
+// (cpu::attention_forward: q_norm of qa; per-head unweighted norm of q, bf16, RoPE, bf16).
+// Rows are short (1024, 512), so a row lives in registers: one block per rmsnorm row, one warp
+// per query head. The sum of squares differs from the reference's dot only by fp32 order; the
+// products, the rotation and the bf16 roundings follow the reference exactly.
+#include <cstdint>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/ops/ops.h"
+#include "cuda/ops/ops_util.cuh"
+
+namespace dsv4::cuda {
+
+namespace {
+
+using namespace ops_detail;
+
+constexpr int kNormThreads = 128;
+constexpr int kNormChunks = 4;  // n <= 128 * 8 * 4 = 4096
+constexpr int kHeadWarps = 4;   // query heads per block
+constexpr int kHeadChunks = 4;  // d <= 32 * 8 * 4 = 1024
+
+// grid T, 128 threads; thread = chunks of 8 values c = tid + 128 i.
+__global__ void __launch_bounds__(kNormThreads)
+    rmsnorm_rows_kernel(__nv_bfloat16* __restrict__ x, int64_t ld, int n, const float* __restrict__ w, float eps) {
+  __shared__ float s_red[32];
+  __nv_bfloat16* row = x + int64_t(blockIdx.x) * ld;
+  const int n_chunks = n / 8;
+  float v[kNormChunks][8];
+  float ss = 0.0f;
+#pragma unroll
+  for (int ci = 0; ci < kNormChunks; ++ci) {
+    const int c = threadIdx.x + ci * kNormThreads;
+    if (c < n_chunks) {
+      load_bf16x8(row + 8 * c, v[ci]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss += v[ci][e] * v[ci][e];
+    }
+  }
+  ss = block_sum(ss, s_red);
+  const float r = 1.0f / sqrtf(ss / float(n) + eps);
+#pragma unroll
+  for (int ci = 0; ci < kNormChunks; ++ci) {
+    const int c = threadIdx.x + ci * kNormThreads;
+    if (c >= n_chunks) continue;
+    const float4 w0 = __ldg(reinterpret_cast<const float4*>(w + 8 * c));
+    const float4 w1 = __ldg(reinterpret_cast<const float4*>(w + 8 * c + 4));
+    const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+    float out[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = __fmul_rn(wv[e], __fmul_rn(v[ci][e], r));
+    store_bf16x8(row + 8 * c, out);
+  }
+}
+
+// grid ceil(T * H / 4), 4 warps; warp = one head (t, h), lane = chunks c = lane + 32 i.
+__global__ void __launch_bounds__(kHeadWarps * 32)
+    q_norm_rope_kernel(__nv_bfloat16* __restrict__ q, int T, int H, int d, int rope_dim,
+                       const int32_t* __restrict__ token_pos, const float* __restrict__ inv_freq, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t head = int64_t(blockIdx.x) * kHeadWarps + (threadIdx.x >> 5);
+  if (head >= int64_t(T) * H) return;  // whole warps leave together
+  __nv_bfloat16* row = q + head * d;
+  const int t = int(head / H);
+  const int n_chunks = d / 8, nope = d - rope_dim;
+  float v[kHeadChunks][8];
+  float ss = 0.0f;
+#pragma unroll
+  for (int ci = 0; ci < kHeadChunks; ++ci) {
+    const int c = lane + 32 * ci;
+    if (c < n_chunks) {
+      load_bf16x8(row + 8 * c, v[ci]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss += v[ci][e] * v[ci][e];
+    }
+  }
+  ss = warp_sum(ss);
+  const float r = 1.0f / sqrtf(ss / float(d) + eps);
+  const float pos = float(token_pos[t]);
+#pragma unroll
+  for (int ci = 0; ci < kHeadChunks; ++ci) {
+    const int c = lane + 32 * ci;
+    if (c >= n_chunks) continue;
+    float out[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = round_bf16_dev(__fmul_rn(v[ci][e], r));
+    if (8 * c >= nope) {  // a chunk of the rope part: 4 whole pairs (rope_dim, nope multiples of 8)
+      const int k0 = (8 * c - nope) / 2;
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        rope_pair(out[2 * p], out[2 * p + 1], __fmul_rn(pos, __ldg(inv_freq + k0 + p)));
+      }
+    }
+    store_bf16x8(row + 8 * c, out);  // the final bf16 (the rope part's second rounding)
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+
+Status rmsnorm_rows(__nv_bfloat16* x, int64_t ld, int T, int n, const float* w, float eps, cudaStream_t stream) {
+  if (x == nullptr || w == nullptr) return invalid_argument("rmsnorm_rows: null pointer");
+  if (n < 8 || n % 8 != 0 || n > 8 * kNormThreads * kNormChunks || ld < n || ld % 8 != 0 || T < 0)
+    return invalid_argument("rmsnorm_rows: n {} must be a multiple of 8 up to {}, ld {} >= n and a multiple of 8, T {}",
+                            n, 8 * kNormThreads * kNormChunks, ld, T);
+  if (!aligned16(x) || !aligned16(w)) return invalid_argument("rmsnorm_rows: x and w must be 16-byte aligned");
+  if (T == 0) return Status::ok();
+  rmsnorm_rows_kernel<<<T, kNormThreads, 0, stream>>>(x, ld, n, w, eps);
+  return last_launch_status("rmsnorm_rows");
+}
+
+Status q_norm_rope(__nv_bfloat16* q, int T, int H, int d, int rope_dim, const int32_t* token_pos,
+                   const float* inv_freq, float eps, cudaStream_t stream) {
+  if (q == nullptr || token_pos == nullptr || (rope_dim > 0 && inv_freq == nullptr))
+    return invalid_argument("q_norm_rope: null pointer");
+  if (T < 0 || H < 1 || d < 8 || d % 8 != 0 || d > 8 * 32 * kHeadChunks || rope_dim < 0 || rope_dim % 8 != 0 ||
+      rope_dim > d)
+    return invalid_argument("q_norm_rope: bad sizes (T {}, H {}, d {} a multiple of 8 up to {}, rope_dim {} a multiple "
+                            "of 8 up to d)",
+                            T, H, d, 8 * 32 * kHeadChunks, rope_dim);
+  if (!aligned16(q)) return invalid_argument("q_norm_rope: q must be 16-byte aligned");
+  if (T == 0) return Status::ok();
+  const int64_t heads = int64_t(T) * H;
+  const int64_t blocks = (heads + kHeadWarps - 1) / kHeadWarps;
+  if (blocks > 0x7fffffff) return invalid_argument("q_norm_rope: T * H = {} is too large", heads);
+  q_norm_rope_kernel<<<unsigned(blocks), kHeadWarps * 32, 0, stream>>>(q, T, H, d, rope_dim, token_pos, inv_freq, eps);
+  return last_launch_status("q_norm_rope");
+}
+
+}  // namespace dsv4::cuda

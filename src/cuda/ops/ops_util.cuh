@@ -1,0 +1,69 @@
+// ops_util.cuh: device helpers shared by the ops kernels (ops.h): 8 x bf16 vector loads and
+// stores, warp and block sums, and the reference's rounding points (bf16 round trip, the RoPE
+// pair rotation). Arithmetic that must match the CPU reference bit for bit uses the _rn
+// intrinsics: the reference is compiled without FMA contraction, nvcc contracts a * b + c by
+// default, and an fma rounds once where the reference rounds twice.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace dsv4::cuda::ops_detail {
+
+inline constexpr unsigned kFullMask = 0xffffffffu;
+
+// 8 consecutive bf16 (16 bytes, 16-byte aligned) as fp32.
+__device__ __forceinline__ void load_bf16x8(const __nv_bfloat16* p, float (&v)[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+// Rounds 8 fp32 to bf16 (nearest even) and stores them (16 bytes, 16-byte aligned).
+__device__ __forceinline__ void store_bf16x8(__nv_bfloat16* p, const float (&v)[8]) {
+  uint4 u;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+  *reinterpret_cast<uint4*>(p) = u;
+}
+
+// The Rounder of the bf16 numerics: fp32 -> bf16 (nearest even) -> fp32.
+__device__ __forceinline__ float round_bf16_dev(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `scratch` holds 32 floats; the call ends with a barrier, so it can be reused right away.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float s = lane < n_warps ? scratch[lane] : 0.0f;
+  s = warp_sum(s);
+  __syncthreads();
+  return s;
+}
+
+// cpu::Rope::rotate for one pair at `angle` (fp32 pos * inv_freq): precise sincosf (full-range
+// argument reduction, positions reach 2^18 radians), products and sums rounded as the reference.
+__device__ __forceinline__ void rope_pair(float& a, float& b, float angle) {
+  float s, c;
+  sincosf(angle, &s, &c);
+  const float a0 = a, b0 = b;
+  a = __fsub_rn(__fmul_rn(a0, c), __fmul_rn(b0, s));
+  b = __fadd_rn(__fmul_rn(b0, c), __fmul_rn(a0, s));
+}
+
+}  // namespace dsv4::cuda::ops_detail

@@ -1,0 +1,597 @@
+// ops_test.cpp: the small forward-pass kernels (cuda/ops/ops.h) against the CPU reference in the
+// bf16 numerics, at Flash shapes (hidden 4096, hc 4, 64 heads x 512 with 64 rope dims, q_lora
+// 1024, window 128, vocab 129280) for T in {1, 7, 64}, random bf16 inputs and fp32 parameters.
+//
+// Tolerances. Every bf16 output is compared in bf16 ulps (distance on the ordered bit line).
+// The kernels follow the reference's rounding points; what they cannot follow is the order of
+// fp32 sums (the mix logits, the sum of squares of each RMSNorm), a few fp32 ulps, and CUDA's
+// expf / sincosf against glibc (1-2 fp32 ulps). Such a difference changes a bf16 result only when
+// the fp32 value sits within a few fp32 ulps of a bf16 rounding midpoint (probability ~2^-15 per
+// element), and then by one ulp; an input that flipped one ulp moves the output by about one
+// more. So: every element within 2 ulps and at most 0.1% of the elements different at all.
+// Real bugs (a wrong weight, stream, orientation, position, rounding point) move most elements
+// by many ulps. hc_post has no reordered sum: it must match bit for bit except, at most, in
+// 0.01% of elements (allowed only in case the host compiler contracts to FMA). Copies (embed,
+// window) and the record scale bytes must be exact. Mix weights: |gpu - ref| <= 1e-5 (1 + |ref|).
+// Unwritten outputs are caught by poisoning (0xFF bytes: bf16 / f32 NaN, e4m3 NaN).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/linalg.h"
+#include "cpu/mhc.h"
+#include "cpu/numerics.h"
+#include "cpu/quant.h"
+#include "cpu/rope.h"
+#include "cuda/ops/mhc_plan.h"
+#include "cuda/ops/ops.h"
+#include "harness.h"
+#include "kvcache/kv_record.h"
+#include "model/make_model.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+const int kTokenCounts[] = {1, 7, 64};
+
+const ModelConfig& flash() {
+  static const ModelConfig cfg = [] {
+    MakeModelOptions o;
+    o.preset = "flash-shaped";
+    auto r = make_model_config(o);
+    DSV4_CHECK(r.is_ok(), "{}", r.status().to_string());
+    return r.value();
+  }();
+  return cfg;
+}
+
+HcDims flash_hc_dims() {
+  const ModelConfig& c = flash();
+  return HcDims{c.hc_mult, c.hidden, c.hc_sinkhorn_iters, float(c.hc_eps), float(c.norm_eps)};
+}
+
+std::vector<float> uniform(size_t n, float lo, float hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+// Norm weights are bf16 values held in fp32 (MODEL_SPEC.md §5).
+std::vector<float> norm_weights(size_t n, uint64_t seed) {
+  std::vector<float> v = uniform(n, 0.5f, 1.5f, seed);
+  for (float& x : v) x = round_bf16(x);
+  return v;
+}
+
+bool bf16_finite(uint16_t h) { return (h & 0x7f80) != 0x7f80; }
+int64_t bf16_ulps(uint16_t a, uint16_t b) {
+  auto ord = [](uint16_t h) -> int64_t { return (h & 0x8000) ? -int64_t(h & 0x7fff) : int64_t(h); };
+  return std::llabs(ord(a) - ord(b));
+}
+
+// bf16 outputs against reference values (bf16 values in fp32): all within max_ulps, at most
+// max_differ_fraction of them different, none unwritten.
+void expect_bf16_close(const std::vector<uint16_t>& gpu, const std::vector<float>& ref, int64_t max_ulps,
+                       double max_differ_fraction, const std::string& what) {
+  ASSERT_EQ(gpu.size(), ref.size()) << what;
+  int64_t nonfinite = 0, differ = 0, over = 0, max_seen = 0, worst = -1;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    if (!bf16_finite(gpu[i])) {
+      ++nonfinite;
+      continue;
+    }
+    const int64_t u = bf16_ulps(gpu[i], f32_to_bf16(ref[i]));
+    if (u > 0) ++differ;
+    if (u > max_ulps) ++over;
+    if (u > max_seen) {
+      max_seen = u;
+      worst = int64_t(i);
+    }
+  }
+  const double frac = double(differ) / double(std::max<size_t>(1, gpu.size()));
+  std::printf("  %s: %zu values, %lld differ (max %lld ulp), %lld non-finite\n", what.c_str(), gpu.size(),
+              (long long)differ, (long long)max_seen, (long long)nonfinite);
+  EXPECT_EQ(nonfinite, 0) << what << ": unwritten or broken outputs";
+  EXPECT_EQ(over, 0) << what << ": " << over << " values beyond " << max_ulps << " ulps; worst at " << worst
+                     << ": gpu " << (worst >= 0 ? bf16_to_f32(gpu[size_t(worst)]) : 0.0f) << " ref "
+                     << (worst >= 0 ? ref[size_t(worst)] : 0.0f);
+  EXPECT_LE(frac, max_differ_fraction) << what << ": " << differ << " of " << gpu.size() << " values differ";
+}
+
+std::vector<uint8_t> download_bytes(const void* src, size_t n) {
+  std::vector<uint8_t> v(n);
+  DSV4_CHECK(cudaMemcpy(v.data(), src, n, cudaMemcpyDeviceToHost) == cudaSuccess, "download_bytes");
+  return v;
+}
+
+// The mHC parameters of one site: fn scaled so that mu = (fn . v) rho is O(1) for v ~ U(-2, 2).
+HcParams random_hc_params(int n_mix, int n_scale, int64_t hc_dim, uint64_t seed) {
+  HcParams p;
+  p.fn = uniform(size_t(n_mix) * size_t(hc_dim), -0.02f, 0.02f, seed);
+  p.base = uniform(size_t(n_mix), -1.0f, 1.0f, seed + 1);
+  p.scale = uniform(size_t(n_scale), 0.5f, 2.0f, seed + 2);
+  return p;
+}
+
+struct DeviceHcParams {
+  DeviceBuffer fn, base, scale;
+  int n_mix = 0;
+  explicit DeviceHcParams(const HcParams& p)
+      : fn(upload_vector(p.fn)), base(upload_vector(p.base)), scale(upload_vector(p.scale)),
+        n_mix(int(p.base.size())) {}
+  HcParamsView view() const { return HcParamsView{fn.as<float>(), base.as<float>(), scale.as<float>(), n_mix}; }
+};
+
+// ---- host logic (runs without a GPU) ----------------------------------------------------------
+
+TEST(OpsHost, MixPlanFitsFlashAndGroupsTokens) {
+  using namespace mhc_detail;
+  MixPlan p;
+  ASSERT_TRUE(plan_mix(1, 4, 4096, 24, p));
+  EXPECT_EQ(p.n_splits, 64);
+  EXPECT_EQ(p.partial_stride, 25);
+  EXPECT_EQ(p.n_groups, 1);
+  EXPECT_EQ(p.tokens_per_block, 1);
+  ASSERT_TRUE(plan_mix(64, 4, 4096, 24, p));
+  EXPECT_EQ(p.tokens_per_block, 8);
+  EXPECT_EQ(p.n_groups, 8);
+  ASSERT_TRUE(plan_mix(2048, 4, 4096, 24, p));
+  EXPECT_EQ(p.n_groups, 32);
+  EXPECT_EQ(p.n_groups * p.tokens_per_block, 2048);
+  ASSERT_TRUE(plan_mix(7, 4, 4096, 4, p));  // the head
+  EXPECT_EQ(p.n_groups, 1);
+  EXPECT_EQ(p.tokens_per_block, 7);
+  ASSERT_TRUE(plan_mix(0, 4, 4096, 24, p));
+  EXPECT_EQ(p.n_groups, 0);
+  // Slice sums must fit in the token's output row: hc (n_mix + 1) <= 128.
+  EXPECT_FALSE(plan_mix(1, 5, 4096, 35, p));
+  EXPECT_FALSE(plan_mix(1, 4, 4000, 24, p));  // hc*D not a multiple of 256
+  for (int T : {1, 3, 8, 9, 31, 33, 100, 1000, 4097}) {
+    ASSERT_TRUE(plan_mix(T, 4, 4096, 24, p));
+    EXPECT_GE(p.n_groups * p.tokens_per_block, T) << T;
+    EXPECT_LT((p.n_groups - 1) * p.tokens_per_block, T) << T;  // no empty group
+    EXPECT_LE(p.n_groups, kMixMaxGroups) << T;
+  }
+}
+
+// Launchers reject bad arguments before touching the device (no GPU needed: nothing launches).
+TEST(OpsHost, LaunchersValidate) {
+  auto* fake_bf16 = reinterpret_cast<__nv_bfloat16*>(uintptr_t(4096));
+  auto* fake_f32 = reinterpret_cast<float*>(uintptr_t(4096));
+  auto* fake_i32 = reinterpret_cast<int32_t*>(uintptr_t(4096));
+  auto* fake_u8 = reinterpret_cast<uint8_t*>(uintptr_t(4096));
+  const HcDims dims = flash_hc_dims();
+  const HcParamsView p{fake_f32, fake_f32, fake_f32, 24};
+  EXPECT_FALSE(hc_pre_norm(nullptr, 1, p, fake_f32, dims, fake_bf16, fake_f32, nullptr).is_ok());
+  EXPECT_FALSE(hc_pre_norm(fake_bf16, 1, HcParamsView{fake_f32, fake_f32, fake_f32, 4}, fake_f32, dims, fake_bf16,
+                           fake_f32, nullptr).is_ok());  // n_mix of the head at a block site
+  HcDims bad = dims;
+  bad.hc = 5;
+  EXPECT_FALSE(hc_pre_norm(fake_bf16, 1, p, fake_f32, bad, fake_bf16, fake_f32, nullptr).is_ok());
+  bad = dims;
+  bad.D = 4000;  // not a multiple of 64
+  EXPECT_FALSE(hc_pre_norm(fake_bf16, 1, p, fake_f32, bad, fake_bf16, fake_f32, nullptr).is_ok());
+  EXPECT_FALSE(hc_post(fake_bf16 + 1, fake_bf16, fake_f32, 1, dims, nullptr).is_ok());  // misaligned X
+  EXPECT_FALSE(hc_head_norm(fake_bf16, nullptr, 1, p, fake_f32, dims, fake_bf16, nullptr).is_ok());  // n_mix 24
+  EXPECT_FALSE(rmsnorm_rows(fake_bf16, 1000, 1, 1024, fake_f32, 1e-6f, nullptr).is_ok());  // ld < n
+  EXPECT_FALSE(q_norm_rope(fake_bf16, 1, 64, 512, 60, fake_i32, fake_f32, 1e-6f, nullptr).is_ok());  // rope % 8
+  LayerKvView kv;
+  kv.entry_bytes = 576;  // not 584
+  EXPECT_FALSE(kv_finish(fake_bf16, 1536, 1, fake_f32, 1e-6f, fake_i32, fake_f32, kv, fake_u8, nullptr).is_ok());
+  EXPECT_FALSE(embed_streams(fake_bf16, 129280, 4096, fake_i32, 1, 4, nullptr, nullptr).is_ok());
+  StepBatchView b;
+  b.n_tokens = 1;
+  b.n_seqs = 1;
+  EXPECT_FALSE(window_save(b, LayerKvView{}, nullptr).is_ok());  // null arrays
+}
+
+// ---- embed_streams ----------------------------------------------------------------------------
+
+TEST(Ops, EmbedStreams) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ModelConfig& c = flash();
+  const int V = c.vocab_size, D = c.hidden, hc = c.hc_mult;
+  const uint64_t seed = 901;
+  DeviceBuffer embed = device_alloc(size_t(V) * D * 2);  // 1 GB, filled on the device
+  DSV4_ASSERT_OK(testing::fill_random_bf16(embed.as<__nv_bfloat16>(), int64_t(V) * D, seed, 1.0f, nullptr));
+  for (int T : kTokenCounts) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    std::vector<int32_t> ids(static_cast<size_t>(T));
+    std::mt19937 rng(static_cast<uint32_t>(T));
+    for (int t = 0; t < T; ++t) ids[size_t(t)] = int32_t(rng() % uint32_t(V));
+    ids[0] = V - 1;  // the last row
+    if (T > 1) ids[1] = 0;
+    DeviceBuffer d_ids = upload_vector(ids);
+    DeviceBuffer X = device_alloc(size_t(T) * hc * D * 2);
+    poison(X);
+    DSV4_ASSERT_OK(embed_streams(embed.as<__nv_bfloat16>(), V, D, d_ids.as<int32_t>(), T, hc, X.as<__nv_bfloat16>(),
+                                 nullptr));
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint16_t> got = download<uint16_t>(X.get(), size_t(T) * hc * D);
+    int64_t bad = 0;
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < hc; ++i)
+        for (int d = 0; d < D; ++d) {
+          const float ref = round_bf16(testing::random_uniform_pm2(seed, int64_t(ids[size_t(t)]) * D + d));
+          bad += got[(size_t(t) * hc + i) * D + d] != f32_to_bf16(ref);
+        }
+    EXPECT_EQ(bad, 0) << "embedding rows must be copied exactly into every stream";
+  }
+}
+
+// ---- hc_pre_norm ------------------------------------------------------------------------------
+
+TEST(Ops, HcPreNorm) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ModelConfig& c = flash();
+  const int D = c.hidden, hc = c.hc_mult, n_mix = c.hc_mix();
+  const int64_t hcD = c.hc_dim();
+  const cpu::Rounder rnd(cpu::Numerics::bf16_gpu());
+  const HcParams hp = random_hc_params(n_mix, 3, hcD, 11);
+  const DeviceHcParams d_hp(hp);
+  const std::vector<float> norm_w = norm_weights(size_t(D), 12);
+  DeviceBuffer d_norm_w = upload_vector(norm_w);
+  for (int T : kTokenCounts) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const std::vector<float> X = random_bf16_values(T * hcD, 100 + uint64_t(T), 1.0f);
+    DeviceBuffer d_X = upload_vector(to_bf16(X));
+    DeviceBuffer d_x = device_alloc(size_t(T) * D * 2), d_mix = device_alloc(size_t(T) * (hc + hc * hc) * 4);
+    poison(d_x);
+    poison(d_mix);
+    DSV4_ASSERT_OK(hc_pre_norm(d_X.as<__nv_bfloat16>(), T, d_hp.view(), d_norm_w.as<float>(), flash_hc_dims(),
+                               d_x.as<__nv_bfloat16>(), d_mix.as<float>(), nullptr));
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint16_t> x = download<uint16_t>(d_x.get(), size_t(T) * D);
+    const std::vector<float> mix = download<float>(d_mix.get(), size_t(T) * (hc + hc * hc));
+
+    // CpuModel::block's `pre`: hc_pre, then rmsnorm and bf16.
+    std::vector<float> ref_x(size_t(T) * D);
+    int64_t mix_bad = 0, mix_nonfinite = 0;
+    double mix_max_err = 0;
+    for (int t = 0; t < T; ++t) {
+      cpu::HcMix m;
+      float* xt = &ref_x[size_t(t) * D];
+      cpu::hc_pre(c, hp, &X[size_t(t * hcD)], m, xt, rnd);
+      cpu::rmsnorm(xt, norm_w.data(), D, float(c.norm_eps), xt);
+      rnd.apply(xt, D);
+      const float* g = &mix[size_t(t) * (hc + hc * hc)];
+      for (int i = 0; i < hc + hc * hc; ++i) {
+        const float ref = i < hc ? m.post[size_t(i)] : m.comb[size_t(i - hc)];
+        if (!std::isfinite(g[i])) {
+          ++mix_nonfinite;
+          continue;
+        }
+        const double err = std::fabs(double(g[i]) - ref);
+        mix_max_err = std::max(mix_max_err, err);
+        mix_bad += err > 1e-5 * (1.0 + std::fabs(ref));
+      }
+    }
+    std::printf("  mix: max abs error %.3g\n", mix_max_err);
+    EXPECT_EQ(mix_nonfinite, 0) << "unwritten mix";
+    EXPECT_EQ(mix_bad, 0) << "mix (post, comb) beyond 1e-5 (1 + |ref|); max error " << mix_max_err;
+    expect_bf16_close(x, ref_x, 2, 1e-3, "hc_pre_norm x");
+  }
+}
+
+// ---- hc_post ----------------------------------------------------------------------------------
+
+TEST(Ops, HcPost) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ModelConfig& c = flash();
+  const int D = c.hidden, hc = c.hc_mult;
+  const int64_t hcD = c.hc_dim();
+  const cpu::Rounder rnd(cpu::Numerics::bf16_gpu());
+  for (int T : kTokenCounts) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    std::vector<float> X = random_bf16_values(T * hcD, 200 + uint64_t(T), 1.0f);
+    const std::vector<float> y = random_bf16_values(int64_t(T) * D, 300 + uint64_t(T), 1.0f);
+    // Mix as hc_pre produces it: post in (0, 2), comb entries in (0, 1) (not symmetric).
+    std::vector<float> mix(size_t(T) * (hc + hc * hc));
+    const std::vector<float> post = uniform(size_t(T) * hc, 0.0f, 2.0f, 400 + uint64_t(T));
+    const std::vector<float> comb = uniform(size_t(T) * hc * hc, 0.0f, 1.0f, 500 + uint64_t(T));
+    for (int t = 0; t < T; ++t) {
+      for (int i = 0; i < hc; ++i) mix[size_t(t * (hc + hc * hc) + i)] = post[size_t(t * hc + i)];
+      for (int i = 0; i < hc * hc; ++i) mix[size_t(t * (hc + hc * hc) + hc + i)] = comb[size_t(t * hc * hc + i)];
+    }
+    DeviceBuffer d_X = upload_vector(to_bf16(X)), d_y = upload_vector(to_bf16(y)), d_mix = upload_vector(mix);
+    DSV4_ASSERT_OK(hc_post(d_X.as<__nv_bfloat16>(), d_y.as<__nv_bfloat16>(), d_mix.as<float>(), T, flash_hc_dims(),
+                           nullptr));
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint16_t> got = download<uint16_t>(d_X.get(), size_t(T * hcD));
+    for (int t = 0; t < T; ++t) {
+      cpu::HcMix m;
+      m.post.assign(post.begin() + t * hc, post.begin() + (t + 1) * hc);
+      m.comb.assign(comb.begin() + t * hc * hc, comb.begin() + (t + 1) * hc * hc);
+      cpu::hc_post(c, m, &y[size_t(t) * D], &X[size_t(t * hcD)], rnd);  // X becomes the reference
+    }
+    expect_bf16_close(got, X, 1, 1e-4, "hc_post X");
+  }
+}
+
+// ---- hc_head_norm -----------------------------------------------------------------------------
+
+TEST(Ops, HcHeadNorm) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ModelConfig& c = flash();
+  const int D = c.hidden, hc = c.hc_mult;
+  const int64_t hcD = c.hc_dim();
+  const cpu::Rounder rnd(cpu::Numerics::bf16_gpu());
+  const HcParams hp = random_hc_params(hc, 1, hcD, 21);
+  const DeviceHcParams d_hp(hp);
+  const std::vector<float> norm_w = norm_weights(size_t(D), 22);
+  DeviceBuffer d_norm_w = upload_vector(norm_w);
+  const int T = 64;
+  const std::vector<float> X = random_bf16_values(T * hcD, 600, 1.0f);
+  DeviceBuffer d_X = upload_vector(to_bf16(X));
+  // A rows list (the last row of each sequence, any order, a repeat) and the null list (rows 0..n-1).
+  const std::vector<std::vector<int32_t>> row_lists = {{63, 0, 17, 5, 63, 40}, {}};
+  for (const std::vector<int32_t>& list : row_lists) {
+    const bool all = list.empty();
+    const int n = all ? 7 : int(list.size());
+    SCOPED_TRACE(all ? "rows = null, n = 7" : "rows list");
+    DeviceBuffer d_rows = all ? DeviceBuffer() : upload_vector(list);
+    DeviceBuffer d_x = device_alloc(size_t(n) * D * 2);
+    poison(d_x);
+    DSV4_ASSERT_OK(hc_head_norm(d_X.as<__nv_bfloat16>(), all ? nullptr : d_rows.as<int32_t>(), n, d_hp.view(),
+                                d_norm_w.as<float>(), flash_hc_dims(), d_x.as<__nv_bfloat16>(), nullptr));
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint16_t> x = download<uint16_t>(d_x.get(), size_t(n) * D);
+    // CpuModel::head_logits before the LM head: hc_head, rmsnorm, bf16.
+    std::vector<float> ref(size_t(n) * D);
+    for (int i = 0; i < n; ++i) {
+      const int row = all ? i : list[size_t(i)];
+      float* xt = &ref[size_t(i) * D];
+      cpu::hc_head(c, hp, &X[size_t(row * hcD)], xt, rnd);
+      cpu::rmsnorm(xt, norm_w.data(), D, float(c.norm_eps), xt);
+      rnd.apply(xt, D);
+    }
+    expect_bf16_close(x, ref, 2, 1e-3, "hc_head_norm x");
+  }
+}
+
+// ---- rmsnorm_rows -----------------------------------------------------------------------------
+
+TEST(Ops, RmsnormRows) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ModelConfig& c = flash();
+  const int n = c.q_lora_rank;                  // q_norm of qa
+  const int64_t ld = n + c.head_dim;            // qa inside the fused wq_a|wkv output [T, 1536]
+  const std::vector<float> w = norm_weights(size_t(n), 31);
+  DeviceBuffer d_w = upload_vector(w);
+  for (int T : kTokenCounts) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const std::vector<float> buf = random_bf16_values(T * ld, 700 + uint64_t(T), 1.0f);
+    const std::vector<uint16_t> buf_bits = to_bf16(buf);
+    DeviceBuffer d_buf = upload_vector(buf_bits);
+    DSV4_ASSERT_OK(rmsnorm_rows(d_buf.as<__nv_bfloat16>(), ld, T, n, d_w.as<float>(), float(c.norm_eps), nullptr));
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint16_t> got_all = download<uint16_t>(d_buf.get(), size_t(T * ld));
+    std::vector<uint16_t> got(size_t(T) * n);
+    std::vector<float> ref(size_t(T) * n);
+    int64_t outside_changed = 0;
+    for (int t = 0; t < T; ++t) {
+      std::copy_n(&got_all[size_t(t * ld)], n, &got[size_t(t) * n]);
+      for (int64_t j = n; j < ld; ++j) outside_changed += got_all[size_t(t * ld + j)] != buf_bits[size_t(t * ld + j)];
+      float* r = &ref[size_t(t) * n];
+      std::copy_n(&buf[size_t(t * ld)], n, r);
+      cpu::rmsnorm(r, w.data(), n, float(c.norm_eps), r);
+      cpu::Rounder(cpu::Numerics::bf16_gpu()).apply(r, n);
+    }
+    EXPECT_EQ(outside_changed, 0) << "columns past n of each row must stay untouched";
+    expect_bf16_close(got, ref, 2, 1e-3, "rmsnorm_rows");
+  }
+}
+
+// ---- q_norm_rope ------------------------------------------------------------------------------
+
+// Positions: 0, the largest (2^18 - 1) and random ones in between.
+std::vector<int32_t> random_positions(int T, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  for (int t = 0; t < T; ++t) pos[size_t(t)] = int32_t(rng() % 262144);
+  pos[0] = 262143;
+  if (T > 1) pos[1] = 0;
+  return pos;
+}
+
+TEST(Ops, QNormRope) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ModelConfig& c = flash();
+  const int H = c.n_heads, d = c.head_dim, r = c.rope_dim;
+  const float eps = float(c.norm_eps);
+  const cpu::Rounder rnd(cpu::Numerics::bf16_gpu());
+  for (int T : kTokenCounts) {
+    // Both RoPE flavours: the YaRN-blended compress rope (CSA/HCA layers) and the plain one.
+    for (bool yarn : {true, false}) {
+      SCOPED_TRACE("T=" + std::to_string(T) + (yarn ? " compress rope" : " main rope"));
+      const cpu::Rope rope(yarn ? c.rope_compress : c.rope_main, r);
+      DeviceBuffer d_freq = upload_vector(rope.inv_freq());
+      const std::vector<int32_t> pos = random_positions(T, 800 + uint64_t(T));
+      DeviceBuffer d_pos = upload_vector(pos);
+      std::vector<float> q = random_bf16_values(int64_t(T) * H * d, 900 + uint64_t(T), 1.0f);
+      DeviceBuffer d_q = upload_vector(to_bf16(q));
+      DSV4_ASSERT_OK(q_norm_rope(d_q.as<__nv_bfloat16>(), T, H, d, r, d_pos.as<int32_t>(), d_freq.as<float>(), eps,
+                                 nullptr));
+      DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+      const std::vector<uint16_t> got = download<uint16_t>(d_q.get(), q.size());
+      // cpu::attention_forward's query loop.
+      for (int t = 0; t < T; ++t)
+        for (int h = 0; h < H; ++h) {
+          float* qh = &q[(size_t(t) * H + h) * d];
+          cpu::rmsnorm_unweighted(qh, d, eps, qh);
+          rnd.apply(qh, d);
+          rope.rotate(qh + d - r, long(pos[size_t(t)]));
+          rnd.apply(qh + d - r, r);
+        }
+      expect_bf16_close(got, q, 2, 1e-3, "q_norm_rope");
+    }
+  }
+}
+
+// ---- kv_finish --------------------------------------------------------------------------------
+
+TEST(Ops, KvFinish) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ModelConfig& c = flash();
+  const int d = c.head_dim, r = c.rope_dim, nope = c.nope_dim(), ql = c.q_lora_rank;
+  const int64_t ld = ql + d;  // kv = columns [1024, 1536) of the fused wq_a|wkv output
+  const float eps = float(c.norm_eps);
+  const cpu::Rounder rnd(cpu::Numerics::bf16_gpu());
+  LayerKvView layout;  // Flash defaults: nope 448, rope 64, 584-byte records
+  ASSERT_EQ(layout.entry_bytes, kv::entry_bytes(nope, r));
+  const int eb = layout.entry_bytes, n_blocks = nope / 64;
+  const std::vector<float> norm_w = norm_weights(size_t(d), 41);
+  DeviceBuffer d_norm_w = upload_vector(norm_w);
+  const cpu::Rope rope(c.rope_compress, r);
+  DeviceBuffer d_freq = upload_vector(rope.inv_freq());
+  for (int T : kTokenCounts) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    std::vector<float> buf = random_bf16_values(T * ld, 1000 + uint64_t(T), 1.0f);
+    // Vary the row scale so that the fp8 block scales spread over several exponents.
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < d; ++j) {
+        const float s = std::ldexp(1.0f, (t + j / 64) % 7 - 3);
+        buf[size_t(t * ld + ql + j)] = round_bf16(buf[size_t(t * ld + ql + j)] * s);
+      }
+    DeviceBuffer d_buf = upload_vector(to_bf16(buf));
+    const std::vector<int32_t> pos = random_positions(T, 1100 + uint64_t(T));
+    DeviceBuffer d_pos = upload_vector(pos);
+    DeviceBuffer d_rec = device_alloc(size_t(T) * eb);
+    poison(d_rec);
+    DSV4_ASSERT_OK(kv_finish(d_buf.as<__nv_bfloat16>() + ql, ld, T, d_norm_w.as<float>(), eps, d_pos.as<int32_t>(),
+                             d_freq.as<float>(), layout, d_rec.as<uint8_t>(), nullptr));
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint8_t> rec = download_bytes(d_rec.get(), size_t(T) * eb);
+
+    int64_t scale_bad = 0, pad_bad = 0, nope_nonfinite = 0, nope_differ = 0, nope_over = 0;
+    std::vector<uint16_t> rope_got;
+    std::vector<float> rope_ref;
+    for (int t = 0; t < T; ++t) {
+      // cpu::attention_forward's KV loop.
+      std::vector<float> k(&buf[size_t(t * ld + ql)], &buf[size_t(t * ld + ql + d)]);
+      cpu::rmsnorm(k.data(), norm_w.data(), d, eps, k.data());
+      rnd.apply(k.data(), d);
+      rope.rotate(k.data() + nope, long(pos[size_t(t)]));
+      rnd.apply(k.data() + nope, r);
+      std::vector<int8_t> scale_exp(static_cast<size_t>(n_blocks));
+      cpu::fp8sim(k.data(), nope, 64, scale_exp.data());
+
+      const uint8_t* rt = &rec[size_t(t) * eb];
+      std::vector<float> v(static_cast<size_t>(d));
+      kv::unpack_entry(rt, nope, r, v.data());
+      for (int b = 0; b < n_blocks; ++b) scale_bad += rt[nope + 2 * r + b] != uint8_t(scale_exp[size_t(b)] + 127);
+      for (int i = nope + 2 * r + n_blocks; i < eb; ++i) pad_bad += rt[i] != 0;
+      for (int i = 0; i < nope; ++i) {
+        if (!std::isfinite(v[size_t(i)])) {
+          ++nope_nonfinite;
+          continue;
+        }
+        // One e4m3 step at this value: 2^-3 of it (normal codes) or 2^-9 of the block scale.
+        const float step = std::max(std::fabs(k[size_t(i)]) * 0.125f,
+                                    std::ldexp(1.0f, int(scale_exp[size_t(i / 64)]) - 9));
+        const float err = std::fabs(v[size_t(i)] - k[size_t(i)]);
+        nope_differ += err != 0.0f;
+        nope_over += err > step;
+      }
+      for (int i = 0; i < 2 * r; i += 2) {
+        uint16_t h;
+        std::memcpy(&h, rt + nope + i, 2);
+        rope_got.push_back(h);
+      }
+      rope_ref.insert(rope_ref.end(), k.begin() + nope, k.end());
+    }
+    const int64_t n_nope = int64_t(T) * nope;
+    std::printf("  kv_finish nope: %lld of %lld values differ; scale mismatches %lld\n", (long long)nope_differ,
+                (long long)n_nope, (long long)scale_bad);
+    EXPECT_EQ(scale_bad, 0) << "ue8m0 scale bytes must equal fp8sim's block exponents + 127";
+    EXPECT_EQ(pad_bad, 0) << "the pad byte must be 0";
+    EXPECT_EQ(nope_nonfinite, 0) << "unwritten e4m3 codes";
+    EXPECT_EQ(nope_over, 0) << "nope values more than one e4m3 step from the reference";
+    EXPECT_LE(double(nope_differ) / double(n_nope), 1e-3) << nope_differ << " nope values differ";
+    expect_bf16_close(rope_got, rope_ref, 2, 1e-3, "kv_finish rope dims");
+  }
+}
+
+// ---- window_save ------------------------------------------------------------------------------
+
+TEST(Ops, WindowSave) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ModelConfig& c = flash();
+  const int W = c.sliding_window, eb = 584, n_slots = 6;
+  // Sequences in step order: a decode token, a chunk longer than W, a chunk shorter than W, and a
+  // padding sequence; three padding rows at the end. Slots are non-contiguous.
+  struct Seq {
+    int slot, pos0, ntok;
+  };
+  const std::vector<Seq> seqs = {{4, 300, 1}, {1, 1000, 200}, {3, 50, 40}, {-1, 0, 0}};
+  const int n_pad_rows = 3;
+  std::vector<int32_t> token_seq, token_pos, token_ids, seq_slot, seq_pos0, seq_tok0, seq_ntok;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    seq_slot.push_back(seqs[s].slot);
+    seq_pos0.push_back(seqs[s].pos0);
+    seq_tok0.push_back(int32_t(token_seq.size()));
+    seq_ntok.push_back(seqs[s].ntok);
+    for (int j = 0; j < seqs[s].ntok; ++j) {
+      token_seq.push_back(int32_t(s));
+      token_pos.push_back(seqs[s].pos0 + j);
+      token_ids.push_back(j);
+    }
+  }
+  for (int i = 0; i < n_pad_rows; ++i) {
+    token_seq.push_back(-1);
+    token_pos.push_back(0);
+    token_ids.push_back(0);
+  }
+  const int n_tokens = int(token_seq.size());
+
+  std::vector<uint8_t> chunk(size_t(n_tokens) * eb), window(size_t(n_slots) * W * eb);
+  std::mt19937 rng(77);
+  for (uint8_t& b : chunk) b = uint8_t(rng());
+  for (uint8_t& b : window) b = uint8_t(rng());
+  DeviceBuffer d_chunk = upload_vector(chunk), d_window = upload_vector(window);
+  DeviceBuffer d_token_seq = upload_vector(token_seq), d_token_pos = upload_vector(token_pos),
+               d_token_ids = upload_vector(token_ids), d_slot = upload_vector(seq_slot),
+               d_pos0 = upload_vector(seq_pos0), d_tok0 = upload_vector(seq_tok0), d_ntok = upload_vector(seq_ntok);
+
+  StepBatchView b;
+  b.n_tokens = n_tokens;
+  b.n_seqs = int(seqs.size());
+  b.token_ids = d_token_ids.as<int32_t>();
+  b.token_seq = d_token_seq.as<int32_t>();
+  b.token_pos = d_token_pos.as<int32_t>();
+  b.seq_slot = d_slot.as<int32_t>();
+  b.seq_pos0 = d_pos0.as<int32_t>();
+  b.seq_tok0 = d_tok0.as<int32_t>();
+  b.seq_ntok = d_ntok.as<int32_t>();
+  LayerKvView kv;
+  kv.window = d_window.as<uint8_t>();
+  kv.window_size = W;
+  kv.chunk = d_chunk.as<uint8_t>();
+  kv.entry_bytes = eb;
+  DSV4_ASSERT_OK(window_save(b, kv, nullptr));
+  DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<uint8_t> got = download_bytes(d_window.get(), window.size());
+
+  // The ring advance of cpu::attention_forward: rows t >= T - W go to slot (p0 + t) % W.
+  std::vector<uint8_t> ref = window;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    if (seqs[s].slot < 0) continue;
+    for (int t = std::max(0, seqs[s].ntok - W); t < seqs[s].ntok; ++t)
+      std::memcpy(&ref[(size_t(seqs[s].slot) * W + size_t((seqs[s].pos0 + t) % W)) * eb],
+                  &chunk[size_t(seq_tok0[s] + t) * eb], size_t(eb));
+  }
+  int64_t bad_entries = 0;
+  for (size_t e = 0; e < size_t(n_slots) * W; ++e)
+    bad_entries += std::memcmp(&got[e * eb], &ref[e * eb], size_t(eb)) != 0;
+  EXPECT_EQ(bad_entries, 0) << "ring entries differ (saved rows, or untouched slots and positions)";
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test
