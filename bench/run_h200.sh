@@ -3,7 +3,7 @@
 # profile of the main kernels, the decode lab sweeps and the W4A16 benchmark with its PyTorch
 # peer; logs and results go to $OUT. The binaries are built on the development machine
 # (cmake --build build-h200, sm_90) and carried in .carry/bin, with libfmt/libgomp in .carry/lib.
-# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, prof, lab, quick, full, torch)
+# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, prof, lab, quick, full, torch)
 #   lab: forced decode launches (dense wq_b/wo_b at M = 1, 16, 32; wq_a, w2, w13 at M = 1, 16; the
 #        MoE GEMMs at M = 1), every configuration x split-K x ring depth x L2 window.
 #   quick/full: the benchmark (quick: M = 1, 16, 4096); torch: its PyTorch int4 peer and the table.
@@ -22,11 +22,18 @@ has() { [[ ",$STEPS," == *",$1,"* ]]; }
   echo "cublas: $CUBLAS"; uname -r; nproc
 } 2>&1 | tee "$OUT/env.txt"
 
-if has tests; then
-  $BIN/cuda_w4a16_test --gtest_brief=1 > "$OUT/test.log" 2>&1; echo "w4a16 tests rc=$?"
-  $BIN/cuda_moe_test --gtest_brief=1 >> "$OUT/test.log" 2>&1; echo "moe tests rc=$?"
-  grep -E "^\[ +(FAILED|PASSED|SKIPPED) +\]" "$OUT/test.log" | tail -20
-  grep -hE "Failure|Expected|Which is|summary|differ|unwritten|gpu:|ref:" "$OUT/test.log" | head -30
+if has tests || has kernels; then
+  # tests: every GPU test binary carried; kernels: the forward-pass kernel families only.
+  : > "$OUT/test.log"
+  for t in $BIN/cuda_*_test $BIN/gpu_*_test; do
+    [[ -x $t ]] || continue
+    name=$(basename "$t")
+    if has kernels && [[ $name == cuda_w4a16_test || $name == cuda_moe_test || $name == gpu_* ]]; then continue; fi
+    echo "=== $name" >> "$OUT/test.log"
+    timeout 300 "$t" --gtest_brief=1 >> "$OUT/test.log" 2>&1; echo "$name rc=$?"
+  done
+  grep -E "^===|^\[ +(FAILED|PASSED|SKIPPED) +\]" "$OUT/test.log" | tail -60
+  grep -hE "Failure|Expected|Which is|summary|differ|unwritten|gpu:|ref:" "$OUT/test.log" | head -60
 fi
 if has prof; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
