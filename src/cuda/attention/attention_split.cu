@@ -1,0 +1,364 @@
+// attention_split.cu: the split kernel of sparse_attention. One block per (row, split) holds the
+// row's query for all H heads in shared memory and walks its slice of the row's keys in tiles of
+// NK keys: the tile's 584-byte records are decoded once (fp8 -> bf16) into shared memory and used
+// by every head, S = Q K^T and O += P V run on mma.sync with an online softmax in fp32.
+//
+// Warp w = (head group g = w / 2: heads 16 g .. 16 g + 15, dim half hf = w % 2: dims 256 hf ..).
+// Both products split over the dim half: QK^T gives each warp a partial S over its 256 dims, the
+// pair adds the two partials through shared memory (so both hold the same S, the same softmax
+// state and the same P), and P.V accumulates the warp's 16 x 256 slice of O in registers. So a
+// warp only ever reads its own half of the key tile, and O needs 128 registers per thread.
+//
+// With one split the block finishes the row (sink, normalization, bf16, inverse RoPE); with
+// several it writes an fp32 partial (O, running max m, sum l) for the combine kernel.
+#include <cmath>
+
+#include "cuda/attention/attention_device.cuh"
+#include "cuda/attention/attention_internal.h"
+#include "cuda/attention/attention_plan.h"
+#include "cuda/attention/fp8_decode.h"
+#include "cuda/common/kv_view.h"
+#include "cuda/common/pdl.cuh"
+
+namespace dsv4::cuda::attention_detail {
+namespace {
+
+constexpr int kRowBytes = kHeadDim * 2;     // one bf16 row of Q or of the key tile: 1024 B
+constexpr int kChunks = kHeadDim / 8;       // 16-byte chunks (8 dims) of a row: 64
+constexpr int kNopeChunks = kNopeDim / 8;   // 56: the rest (8) are the rope dims
+constexpr int kWarps = kThreads / 32;
+
+// Shared-memory rows are [64 chunks of 16 B]; chunk c of row r lives at chunk c ^ (r & 7), so the
+// 8 rows an ldmatrix reads at one column fall in 8 different bank groups.
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  return uint32_t(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
+}
+
+// Where one row's keys come from: window positions pos - n_win + 1 .. pos (the step's chunk for
+// positions >= pos0, the ring before), then n_keys - n_win compressed entries.
+struct RowKeys {
+  int pos = 0;
+  int n_win = 0;
+  int n_keys = 0;
+  int pos0 = 0, tok0 = 0, slot = 0;
+  const int32_t* bt = nullptr;  // the sequence's block-table row (ratio > 0)
+};
+
+__device__ __forceinline__ const uint8_t* key_record(const SplitKernelArgs& a, const RowKeys& r,
+                                                     const int32_t* sel_s, int j) {
+  if (j < r.n_win) {
+    const int pos = r.pos - r.n_win + 1 + j;
+    if (pos >= r.pos0) return a.chunk + int64_t(r.tok0 + (pos - r.pos0)) * kEntryBytes;
+    return a.window + (int64_t(r.slot) * a.window_size + pos % a.window_size) * kEntryBytes;
+  }
+  const int i = j - r.n_win;
+  const int e = a.selected != nullptr ? sel_s[i] : i;
+  return a.entries + paged_record_offset(r.bt, e, a.ratio, kEntryBytes);
+}
+
+// Compacts the row's selected entries (dropping -1 and anything not visible, keeping the order)
+// into sel_s; returns their count. Block-wide: every thread calls it.
+__device__ int compact_selected(const int32_t* row, int topk, int n_vis, int32_t* sel_s, int32_t* cnt_s) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  int total = 0;
+  for (int i0 = 0; i0 < topk; i0 += kThreads) {
+    const int i = i0 + tid;
+    const int e = i < topk ? __ldcg(row + i) : -1;
+    const bool ok = e >= 0 && e < n_vis;
+    const uint32_t vote = __ballot_sync(0xffffffffu, ok);
+    if (lane == 0) cnt_s[warp] = __popc(vote);
+    __syncthreads();
+    int before = 0, sum = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const int c = cnt_s[w];
+      before += w < warp ? c : 0;
+      sum += c;
+    }
+    if (ok) sel_s[total + before + __popc(vote & ((1u << lane) - 1u))] = e;
+    total += sum;
+    __syncthreads();  // cnt_s is rewritten next round; sel_s is complete after the last
+  }
+  return total;
+}
+
+// 8 nope codes (two words, low byte first) times the block scale -> 8 bf16 (exact).
+__device__ __forceinline__ uint4 decode_nope8(uint32_t w0, uint32_t w1, float scale) {
+  uint4 out;
+  out.x = pack_bf16x2(decode_nope(w0, scale), decode_nope(w0 >> 8, scale));
+  out.y = pack_bf16x2(decode_nope(w0 >> 16, scale), decode_nope(w0 >> 24, scale));
+  out.z = pack_bf16x2(decode_nope(w1, scale), decode_nope(w1 >> 8, scale));
+  out.w = pack_bf16x2(decode_nope(w1 >> 16, scale), decode_nope(w1 >> 24, scale));
+  return out;
+}
+
+template <int NK>
+__global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(const SplitKernelArgs a) {
+  static_assert(NK % 16 == 0 && NK * kChunks % kThreads == 0, "key tile");
+  constexpr int kLoads = NK * kChunks / kThreads;  // 16-byte chunks a thread decodes per tile
+  constexpr int kKeyTiles = NK / 8;                // n8 tiles of S
+  constexpr int kKeySteps = NK / 16;               // k16 steps of P.V
+  constexpr int kDimTiles = kHeadDim / 2 / 8;      // n8 tiles of a warp's O: 32
+
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int n_heads = a.n_heads, groups = (n_heads + 15) / 16;
+  uint8_t* q_s = smem;                                                    // bf16 [16 groups][512]
+  uint8_t* k_s = q_s + groups * 16 * kRowBytes;                           // bf16 [NK][512]
+  float* x_s = reinterpret_cast<float*>(k_s + NK * kRowBytes);            // f32 [groups][2][16 NK]
+  int32_t* sel_s = reinterpret_cast<int32_t*>(x_s + groups * 2 * 16 * NK);  // i32 [topk]
+  int32_t* cnt_s = sel_s + (a.selected != nullptr ? (a.topk + 3) / 4 * 4 : 0);  // i32 [kWarps]
+
+  pdl_launch_dependents();
+  const int split = blockIdx.x, t = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  pdl_wait();  // everything below reads what earlier kernels of the step wrote
+
+  const int seq = __ldcg(a.token_seq + t);
+  if (seq < 0) {  // padding row: zeros (the combine kernel writes them when there are splits)
+    if (a.n_splits == 1) {
+      uint4* out = reinterpret_cast<uint4*>(a.o + int64_t(t) * n_heads * kHeadDim);
+      for (int i = tid; i < n_heads * kChunks; i += kThreads) out[i] = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+
+  RowKeys r;
+  r.pos = __ldcg(a.token_pos + t);
+  r.n_win = min(r.pos + 1, a.window_size);
+  r.pos0 = __ldcg(a.seq_pos0 + seq);
+  r.tok0 = __ldcg(a.seq_tok0 + seq);
+  r.slot = __ldcg(a.seq_slot + seq);
+  int n_comp = 0;
+  if (a.ratio > 0) {
+    r.bt = a.block_table + int64_t(seq) * a.max_blocks;
+    const int n_vis = (r.pos + 1) / a.ratio;
+    n_comp = a.selected != nullptr ? compact_selected(a.selected + int64_t(t) * a.topk, a.topk, n_vis, sel_s, cnt_s)
+                                   : n_vis;
+  }
+  r.n_keys = r.n_win + n_comp;
+
+  // This split's tiles: an even share of the row's ceil(n_keys / NK) tiles.
+  const int n_tiles = (r.n_keys + NK - 1) / NK;
+  const int per_split = (n_tiles + a.n_splits - 1) / a.n_splits;
+  const int tile0 = split * per_split, tile1 = min(n_tiles, tile0 + per_split);
+  float* part = a.n_splits > 1 ? a.partials + (int64_t(t) * a.n_splits + split) * partial_floats(n_heads) : nullptr;
+  if (tile0 >= tile1) {  // only with splits: nothing here, m = -inf tells the combine to skip it
+    for (int h = tid; h < n_heads; h += kThreads) {
+      part[n_heads * kHeadDim + h] = -INFINITY;
+      part[n_heads * (kHeadDim + 1) + h] = 0.0f;
+    }
+    return;
+  }
+
+  for (int i = tid; i < groups * 16 * kChunks; i += kThreads) {
+    const int h = i / kChunks, c = i % kChunks;
+    uint4 v = make_uint4(0, 0, 0, 0);  // heads past H: zero query rows, never written out
+    if (h < n_heads) v = __ldcg(reinterpret_cast<const uint4*>(a.q + (int64_t(t) * n_heads + h) * kHeadDim) + c);
+    *reinterpret_cast<uint4*>(q_s + swz(h, c)) = v;
+  }
+
+  // Tile decode: thread tid owns chunk column dc of keys kt0, kt0 + 4, ...; the raw bytes of the
+  // next tile are loaded into registers while the current one is in the tensor cores.
+  const int dc = tid % kChunks, kt0 = tid / kChunks;
+  uint4 raw[kLoads];
+  auto load_tile = [&](int tile) {
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const int j = tile * NK + kt0 + l * (kThreads / kChunks);
+      uint4 v = make_uint4(0, 0, 0, 0);  // keys past the row: zero (P = 0 must not meet NaN)
+      if (j < r.n_keys) {
+        const uint8_t* rec = key_record(a, r, sel_s, j);
+        if (dc < kNopeChunks) {
+          const uint2 w = __ldcg(reinterpret_cast<const uint2*>(rec) + dc);
+          v.x = w.x;
+          v.y = w.y;
+          v.z = __ldcg(rec + kScaleOffset + dc / 8);
+        } else {
+          const uint2* rp = reinterpret_cast<const uint2*>(rec + kNopeDim) + 2 * (dc - kNopeChunks);
+          const uint2 w0 = __ldcg(rp), w1 = __ldcg(rp + 1);
+          v = make_uint4(w0.x, w0.y, w1.x, w1.y);
+        }
+      }
+      raw[l] = v;
+    }
+  };
+  auto store_tile = [&]() {
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const int kt = kt0 + l * (kThreads / kChunks);
+      const uint4 v = raw[l];
+      const uint4 out = dc < kNopeChunks ? decode_nope8(v.x, v.y, ue8m0_value(v.z & 0xffu)) : v;
+      *reinterpret_cast<uint4*>(k_s + swz(kt, dc)) = out;
+    }
+  };
+
+  const int g = warp >> 1, hf = warp & 1;
+  const bool active = g < groups;  // warps of absent head groups only decode
+  const uint32_t q_base = smem_u32(q_s), k_base = smem_u32(k_s);
+  float* x_mine = x_s + (g * 2 + hf) * 16 * NK;
+  const float* x_peer = x_s + (g * 2 + (hf ^ 1)) * 16 * NK;
+
+  float o_acc[kDimTiles][4];
+#pragma unroll
+  for (int n = 0; n < kDimTiles; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.0f;
+  // Rows lane / 4 and lane / 4 + 8 of the head group; l is this thread's share of the row sum.
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+
+  load_tile(tile0);
+  for (int tile = tile0; tile < tile1; ++tile) {
+    __syncthreads();  // every warp is done with the previous key tile (first pass: Q is stored)
+    store_tile();
+    __syncthreads();
+    if (tile + 1 < tile1) load_tile(tile + 1);
+    if (!active) continue;
+
+    // ---- S (partial over this warp's dim half) = Q K^T ----
+    float s_acc[kKeyTiles][4];
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n) s_acc[n][0] = s_acc[n][1] = s_acc[n][2] = s_acc[n][3] = 0.0f;
+#pragma unroll 4
+    for (int ks = 0; ks < kHeadDim / 2 / 16; ++ks) {
+      const int qrow = g * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+      uint32_t qa[4];
+      ldmatrix_x4(qa, q_base + swz(qrow, hf * 32 + ks * 2 + (lane >> 4)));
+#pragma unroll
+      for (int np = 0; np < NK / 16; ++np) {
+        const int krow = np * 16 + (lane & 7) + (lane >> 4) * 8;
+        uint32_t kb[4];
+        ldmatrix_x4(kb, k_base + swz(krow, hf * 32 + ks * 2 + ((lane >> 3) & 1)));
+        mma_bf16(s_acc[2 * np], qa, kb[0], kb[1]);
+        mma_bf16(s_acc[2 * np + 1], qa, kb[2], kb[3]);
+      }
+    }
+    // ---- the pair's two halves -> the full S in both warps (same operand order in both) ----
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x_mine[(n * 4 + i) * 32 + lane] = s_acc[n][i];
+    named_barrier(1 + g, 64);
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float peer = x_peer[(n * 4 + i) * 32 + lane];
+        s_acc[n][i] = hf == 0 ? s_acc[n][i] + peer : peer + s_acc[n][i];
+      }
+
+    // ---- online softmax (logit = (q . k) scale; keys past the row: -inf) ----
+    const int key0 = tile * NK;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = key0 + n * 8 + 2 * (lane & 3) + (i & 1);
+        const float v = key < r.n_keys ? s_acc[n][i] * a.scale : -INFINITY;
+        s_acc[n][i] = v;
+        mx[i >> 1] = fmaxf(mx[i >> 1], v);
+      }
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 1));
+      mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(0xffffffffu, mx[rr], 2));
+      const float m_new = fmaxf(m_run[rr], mx[rr]);
+      // A row with no real key yet keeps m = -inf; exponentiate against 0 so nothing is NaN.
+      m_use[rr] = m_new == -INFINITY ? 0.0f : m_new;
+      alpha[rr] = expf(m_run[rr] - m_use[rr]);
+      m_run[rr] = m_new;
+      l_run[rr] *= alpha[rr];
+    }
+    // P in bf16 as the A operand of P.V (the C layout of two n8 tiles is the A layout of a k16
+    // step); the denominator sums the unrounded fp32 values, as the reference.
+    uint32_t pa[kKeySteps][4];
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n) {
+      float e[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        e[i] = expf(s_acc[n][i] - m_use[i >> 1]);
+        l_run[i >> 1] += e[i];
+      }
+      pa[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(e[0], e[1]);
+      pa[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(e[2], e[3]);
+    }
+#pragma unroll
+    for (int n = 0; n < kDimTiles; ++n) {
+      o_acc[n][0] *= alpha[0];
+      o_acc[n][1] *= alpha[0];
+      o_acc[n][2] *= alpha[1];
+      o_acc[n][3] *= alpha[1];
+    }
+
+    // ---- O (this warp's 16 heads x 256 dims) += P V, V = the key tile ----
+#pragma unroll
+    for (int kk = 0; kk < kKeySteps; ++kk) {
+      const int krow = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int dp = 0; dp < kDimTiles / 2; ++dp) {
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, k_base + swz(krow, hf * 32 + dp * 2 + (lane >> 4)));
+        mma_bf16(o_acc[2 * dp], pa[kk], vb[0], vb[1]);
+        mma_bf16(o_acc[2 * dp + 1], pa[kk], vb[2], vb[3]);
+      }
+    }
+  }
+  if (!active) return;
+
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    l_run[rr] += __shfl_xor_sync(0xffffffffu, l_run[rr], 1);
+    l_run[rr] += __shfl_xor_sync(0xffffffffu, l_run[rr], 2);
+  }
+  const int d_lane = hf * (kHeadDim / 2) + 2 * (lane & 3);  // + 8 n: this thread's dim pair
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int h = g * 16 + (lane >> 2) + rr * 8;
+    if (h >= n_heads) continue;
+    if (a.n_splits > 1) {
+      float* po = part + int64_t(h) * kHeadDim;
+#pragma unroll
+      for (int n = 0; n < kDimTiles; ++n)
+        *reinterpret_cast<float2*>(po + d_lane + n * 8) = make_float2(o_acc[n][2 * rr], o_acc[n][2 * rr + 1]);
+      if (hf == 0 && (lane & 3) == 0) {
+        part[n_heads * kHeadDim + h] = m_run[rr];
+        part[n_heads * (kHeadDim + 1) + h] = l_run[rr];
+      }
+      continue;
+    }
+    // One split: the sink enters the denominator only (m is over real keys: the row has one).
+    const float den = l_run[rr] + expf(a.sink[h] - m_run[rr]);
+    __nv_bfloat16* out = a.o + (int64_t(t) * n_heads + h) * kHeadDim;
+#pragma unroll
+    for (int n = 0; n < kDimTiles; ++n) {
+      const int d = d_lane + n * 8;
+      float x0 = round_bf16(o_acc[n][2 * rr] / den), x1 = round_bf16(o_acc[n][2 * rr + 1] / den);
+      if (d >= kNopeDim) inverse_rope_pair(x0, x1, r.pos, a.inv_freq[(d - kNopeDim) / 2]);
+      *reinterpret_cast<uint32_t*>(out + d) = pack_bf16x2(x0, x1);
+    }
+  }
+}
+
+}  // namespace
+
+Status launch_split_kernel(const SplitKernelArgs& a, int key_tile, size_t smem, cudaStream_t stream, bool pdl) {
+  void (*kernel)(SplitKernelArgs) = nullptr;
+  const char* name = nullptr;
+  switch (key_tile) {
+    case 32:
+      kernel = &attention_split_kernel<32>;
+      name = "attention_split_kernel<32>";
+      break;
+    case 16:
+      kernel = &attention_split_kernel<16>;
+      name = "attention_split_kernel<16>";
+      break;
+    default:
+      return invalid_argument("sparse_attention: key tile {} (32 or 16)", key_tile);
+  }
+  DSV4_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                                   "cudaFuncSetAttribute(attention_split_kernel)"));
+  return launch_kernel(kernel, dim3(a.n_splits, a.n_tokens), dim3(kThreads), smem, stream, pdl, a, name);
+}
+
+}  // namespace dsv4::cuda::attention_detail
