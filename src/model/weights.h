@@ -93,6 +93,13 @@ struct ModelWeights {
   // Opens `model_dir`, indexes its tensors and loads everything `cfg` needs; tensors the config
   // does not account for are an error.
   static Result<std::unique_ptr<ModelWeights>> load(const std::string& model_dir, const ModelConfig& cfg);
+  // Shapes without data, for benchmarks whose weights are generated in GPU memory (`dsv4 bench
+  // --synthetic`): every LinearWeight has its format (GPTQ INT4 where Intel's W4A16 checkpoint has
+  // it, dense BF16 elsewhere), n, k and group size but no tensors; small parameters (norms, mHC,
+  // sinks, ape, router bias, tid2eid) are real random values drawn as make-model draws them.
+  // `embed` is null. The CPU reference cannot run such weights.
+  static std::unique_ptr<ModelWeights> synthetic(const ModelConfig& cfg, uint64_t seed);
+  bool is_synthetic = false;
   // Fills `out` with the fp32 embedding row of `token`.
   void embed_row(int32_t token, float* out) const;
 };

@@ -120,6 +120,56 @@ TEST(MakeModel, Bf16FormatLoadsWithDenseLinears) {
   fs::remove_all(o.out_dir);
 }
 
+// A synthetic model (GPU benchmarks) has exactly the shapes and formats a loaded W4A16 checkpoint
+// of the same config has, linear by linear, and the same small-parameter sizes.
+TEST(MakeModel, SyntheticWeightsMatchLoadedShapes) {
+  MakeModelOptions o;
+  o.layers = 3;
+  o.layer_types = {"swa", "csa", "hca"};
+  o.out_dir = tmp("synthetic");
+  ASSERT_TRUE(make_model(o, nullptr).is_ok());
+  auto cfg = ModelConfig::load(o.out_dir);
+  ASSERT_TRUE(cfg.is_ok());
+  auto w = ModelWeights::load(o.out_dir, *cfg);
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  const auto s = ModelWeights::synthetic(*cfg, 7);
+  ASSERT_TRUE(s->is_synthetic);
+  auto same = [](const LinearWeight& a, const LinearWeight& b) {
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.n, b.n) << a.name;
+    EXPECT_EQ(a.k, b.k) << a.name;
+    EXPECT_EQ(a.format, b.format) << a.name;
+  };
+  same((*w)->head, s->head);
+  EXPECT_EQ((*w)->hc_head.fn.size(), s->hc_head.fn.size());
+  for (int l = 0; l < cfg->n_layers; ++l) {
+    const LayerWeights& a = (*w)->layers[size_t(l)];
+    const LayerWeights& b = s->layers[size_t(l)];
+    for (auto [x, y] : {std::pair{&a.attn.wq_a, &b.attn.wq_a}, {&a.attn.wq_b, &b.attn.wq_b}, {&a.attn.wkv, &b.attn.wkv},
+                        {&a.attn.wo_a, &b.attn.wo_a}, {&a.attn.wo_b, &b.attn.wo_b}, {&a.moe.gate, &b.moe.gate},
+                        {&a.moe.shared.w1, &b.moe.shared.w1}, {&a.moe.shared.w2, &b.moe.shared.w2}})
+      same(*x, *y);
+    ASSERT_EQ(a.attn.has_compressor, b.attn.has_compressor);
+    ASSERT_EQ(a.attn.has_indexer, b.attn.has_indexer);
+    if (a.attn.has_compressor) {
+      same(a.attn.compressor.wkv, b.attn.compressor.wkv);
+      EXPECT_EQ(a.attn.compressor.ape.size(), b.attn.compressor.ape.size());
+    }
+    if (a.attn.has_indexer) {
+      same(a.attn.indexer.wq_b, b.attn.indexer.wq_b);
+      same(a.attn.indexer.weights_proj, b.attn.indexer.weights_proj);
+      same(a.attn.indexer.compressor.wgate, b.attn.indexer.compressor.wgate);
+    }
+    ASSERT_EQ(a.moe.experts.size(), b.moe.experts.size());
+    same(a.moe.experts.back().w2, b.moe.experts.back().w2);
+    EXPECT_EQ(a.moe.tid2eid.size(), b.moe.tid2eid.size());
+    EXPECT_EQ(a.moe.bias.size(), b.moe.bias.size());
+    EXPECT_EQ(a.hc_attn.fn.size(), b.hc_attn.fn.size());
+    EXPECT_EQ(a.attn.sink.size(), b.attn.sink.size());
+  }
+  fs::remove_all(o.out_dir);
+}
+
 TEST(MakeModel, RejectsBadOptions) {
   MakeModelOptions o;
   o.preset = "huge";
