@@ -12,5 +12,6 @@ void register_make_model(CLI::App& app, int& exit_code);
 void register_tokenizer_commands(CLI::App& app, int& exit_code);  // tokenize, detokenize
 void register_serve(CLI::App& app, int& exit_code);
 void register_generate(CLI::App& app, int& exit_code);
+void register_bench(CLI::App& app, int& exit_code);  // CUDA builds only
 
 }  // namespace dsv4::cli

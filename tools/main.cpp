@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   dsv4::cli::register_serve(app, exit_code);
   dsv4::cli::register_generate(app, exit_code);
 #endif
+#ifdef DSV4_HAVE_CUDA_RUNNER
+  dsv4::cli::register_bench(app, exit_code);
+#endif
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -1,0 +1,322 @@
+// cmd_bench.cpp: `dsv4 bench`, the GPU decode and prefill ladder (issue: single-GPU forward).
+// Weights come from a checkpoint (--model) or are generated in GPU memory (--synthetic flash
+// --layers L: the same packed layouts as loaded weights, for machines whose disk cannot hold a
+// large random checkpoint). For each context length every sequence of the largest batch is
+// prefilled in chunks; the first one is timed (prompt tokens/s; its last chunk is profiled by
+// category). Then for each batch size, decode steps run with graphs (replay) and without (eager); the median
+// step time is compared with the roofline: bytes the step must read (weights of every layer,
+// the experts the step actually selected, the LM head, the KV entries attention and the indexer
+// read) over the copy bandwidth measured in the same run. Results print and go to JSON.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <set>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/device_buffer.h"
+#include "cuda/testing/bandwidth.h"
+#include "cuda/w4a16/w4a16.h"
+#include "gpu/gpu_model.h"
+#include "model/make_model.h"
+#include "tools/commands.h"
+
+namespace dsv4::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct BenchArgs {
+  std::string model, synthetic, out, commit = "unknown", command;
+  int layers = 20;
+  std::vector<int> batches = {1, 32};
+  std::vector<int64_t> contexts = {4096};
+  int decode_steps = 20;
+  int chunk = 4096;
+  uint64_t seed = 1;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Copy bandwidth (read + write bytes / time) of a streaming kernel over 2 x 2 GiB, median of 10.
+Result<double> copy_bandwidth(cudaStream_t s) {
+  const size_t bytes = size_t(2) << 30;
+  DSV4_ASSIGN_OR_RETURN(auto a, cuda::DeviceBuffer::create(bytes));
+  DSV4_ASSIGN_OR_RETURN(auto b, cuda::DeviceBuffer::create(bytes));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> gbs;
+  for (int i = 0; i < 12; ++i) {
+    cudaEventRecord(e0, s);
+    DSV4_RETURN_IF_ERROR(cuda::testing::stream_copy(b.get(), a.get(), bytes, s));
+    cudaEventRecord(e1, s);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i >= 2) gbs.push_back(2.0 * double(bytes) / (double(ms) * 1e6));
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return median(gbs);
+}
+
+size_t int4_bytes(int64_t n, int64_t k) { return cuda::w4a16_qweight_bytes(int(n), int(k)) + cuda::w4a16_scales_bytes(int(n), int(k)); }
+
+// Weight bytes one decode step reads besides the routed experts (every layer's attention
+// projections, compressors, indexer, router, shared expert; the LM head), and one routed expert.
+struct WeightBytes {
+  double fixed = 0, per_expert = 0, head = 0;
+};
+WeightBytes weight_bytes(const ModelConfig& c) {
+  WeightBytes w;
+  const int64_t D = c.hidden;
+  for (const LayerSpec& s : c.layers) {
+    w.fixed += double(int4_bytes(c.q_lora_rank + c.head_dim, D) + int4_bytes(c.q_dim(), c.q_lora_rank) +
+                      int4_bytes(D, int64_t(c.o_groups) * c.o_lora_rank));
+    w.fixed += 2.0 * double(int64_t(c.o_groups) * c.o_lora_rank * c.group_in_dim());  // wo_a bf16
+    w.fixed += 2.0 * double(c.n_routed_experts * D);                                   // router bf16
+    w.fixed += double(int4_bytes(2 * c.moe_inter, D) + int4_bytes(D, c.moe_inter));    // shared expert
+    w.fixed += 4.0 * double(2 * c.hc_mix() * c.hc_dim());                              // mHC fn f32
+    if (s.attn != AttnType::kSliding) {
+      const int coff = s.attn == AttnType::kCsa ? 2 : 1;
+      w.fixed += 2.0 * double(2 * coff * c.head_dim * D);
+    }
+    if (s.attn == AttnType::kCsa) {
+      w.fixed += 2.0 * double((4 * c.index_head_dim + c.index_n_heads) * D);
+      w.fixed += double(int4_bytes(int64_t(c.index_n_heads) * c.index_head_dim, c.q_lora_rank));
+    }
+  }
+  w.per_expert = double(int4_bytes(2 * c.moe_inter, D) + int4_bytes(D, c.moe_inter));
+  w.head = 2.0 * double(int64_t(c.vocab_size) * D);
+  return w;
+}
+
+// KV bytes one decode token at position p reads over all layers (window records, selected or all
+// compressed entries, the indexer keys it scores).
+double kv_bytes(const ModelConfig& c, int64_t p) {
+  const double entry = 584.0, key = 68.0;
+  double b = 0;
+  for (const LayerSpec& s : c.layers) {
+    b += double(std::min<int64_t>(p + 1, c.sliding_window)) * entry;
+    if (s.attn == AttnType::kCsa) {
+      const int64_t n = (p + 1) / s.compress_ratio;
+      b += double(n) * key + double(std::min<int64_t>(n, c.index_topk)) * entry;
+    } else if (s.attn == AttnType::kHca) {
+      b += double((p + 1) / s.compress_ratio) * entry;
+    }
+  }
+  return b;
+}
+
+int fail(const Status& st) {
+  fmt::print(stderr, "bench: {}\n", st.to_string());
+  return 1;
+}
+
+int run_bench(const BenchArgs& a) {
+  if (a.model.empty() == a.synthetic.empty()) {
+    fmt::print(stderr, "bench: pass exactly one of --model DIR and --synthetic flash\n");
+    return 2;
+  }
+  if (!a.synthetic.empty() && a.synthetic != "flash") {
+    fmt::print(stderr, "bench: --synthetic knows only 'flash', found '{}'\n", a.synthetic);
+    return 2;
+  }
+  std::unique_ptr<ModelConfig> cfg;
+  std::unique_ptr<ModelWeights> weights;
+  if (!a.model.empty()) {
+    auto c = ModelConfig::load(a.model);
+    if (!c.is_ok()) return fail(c.status());
+    cfg = std::make_unique<ModelConfig>(std::move(c).value());
+    auto w = ModelWeights::load(a.model, *cfg);
+    if (!w.is_ok()) return fail(w.status());
+    weights = std::move(w).value();
+  } else {
+    MakeModelOptions o;
+    o.preset = "flash-shaped";
+    o.layers = a.layers;
+    auto c = make_model_config(o);
+    if (!c.is_ok()) return fail(c.status());
+    cfg = std::make_unique<ModelConfig>(std::move(c).value());
+    weights = ModelWeights::synthetic(*cfg, a.seed);
+  }
+  const int max_b = *std::max_element(a.batches.begin(), a.batches.end());
+  const int64_t max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
+  const int64_t ctx_blocks = (max_ctx + a.decode_steps + 255) / 256 + 1;
+
+  gpu::GpuModelOptions o;
+  o.max_seqs = max_b;
+  o.max_tokens_per_step = std::max(a.chunk, max_b);
+  o.max_positions = max_ctx + a.decode_steps + 256;
+  o.n_kv_blocks = int(ctx_blocks * max_b);
+  o.graph_batch_sizes = a.batches;
+  std::sort(o.graph_batch_sizes.begin(), o.graph_batch_sizes.end());
+  const auto t_load = Clock::now();
+  auto model = gpu::GpuModel::load(*cfg, *weights, o);
+  if (!model.is_ok()) return fail(model.status());
+  gpu::GpuModel& m = **model;
+  const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
+  auto stream = static_cast<cudaStream_t>(m.stream());
+  auto bw = copy_bandwidth(stream);
+  if (!bw.is_ok()) return fail(bw.status());
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s\n",
+             a.model.empty() ? "synthetic flash" : a.model, cfg->n_layers, cfg->vocab_size,
+             fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw);
+
+  json out;
+  out["date"] = "";
+  {
+    std::time_t now = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
+    out["date"] = buf;
+  }
+  out["gpu"] = prop.name;
+  out["commit"] = a.commit;
+  out["command"] = a.command;
+  out["model"] = a.model.empty() ? fmt::format("synthetic flash, {} layers", cfg->n_layers) : a.model;
+  out["copy_bandwidth_gbs"] = *bw;
+  out["device_bytes"] = m.device_bytes();
+  json& runs = out["runs"];
+  const WeightBytes wb = weight_bytes(*cfg);
+
+  // Token ids: a fixed pseudo-random stream (the content does not matter for timing).
+  auto token_at = [&](int64_t seq, int64_t p) { return int32_t((seq * 7919 + p * 104729) % cfg->vocab_size); };
+
+  for (int64_t ctx : a.contexts) {
+    // Block tables: sequence s owns blocks [s * ctx_blocks, (s + 1) * ctx_blocks).
+    std::vector<std::vector<int32_t>> tables(size_t(max_b));
+    for (int s = 0; s < max_b; ++s) {
+      tables[size_t(s)].resize(size_t(ctx_blocks));
+      std::iota(tables[size_t(s)].begin(), tables[size_t(s)].end(), int32_t(s * ctx_blocks));
+    }
+    // Prefill every sequence to ctx tokens; the first one is timed.
+    double prefill_s = 0;
+    std::vector<std::pair<std::string, double>> prefill_profile;
+    for (int s = 0; s < max_b; ++s) {
+      const auto t0 = Clock::now();
+      for (int64_t p = 0; p < ctx; p += a.chunk) {
+        const int64_t n = std::min<int64_t>(a.chunk, ctx - p);
+        std::vector<int32_t> toks(size_t(n));
+        for (int64_t i = 0; i < n; ++i) toks[size_t(i)] = token_at(s, p + i);
+        gpu::GpuStepSeq q{s, tables[size_t(s)], p, toks, false};
+        const bool profile_this = s == 0 && p + a.chunk >= ctx;  // the last chunk: the longest context
+        m.set_profiling(profile_this);
+        const Status st = m.forward(std::span<const gpu::GpuStepSeq>(&q, 1), nullptr);
+        if (!st.is_ok()) return fail(st.with_context(fmt::format("prefill of sequence {} at {}", s, p)));
+        if (profile_this) prefill_profile = m.last_profile();
+      }
+      cudaStreamSynchronize(stream);
+      if (s == 0) prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    m.set_profiling(false);
+    fmt::print("context {}: prefill {:.0f} tok/s ({:.2f} s)\n", ctx, double(ctx) / prefill_s, prefill_s);
+    json pj;
+    pj["kind"] = "prefill";
+    pj["context"] = ctx;
+    pj["chunk"] = a.chunk;
+    pj["seconds"] = prefill_s;
+    pj["tokens_per_s"] = double(ctx) / prefill_s;
+    for (auto& [k, v] : prefill_profile) pj["last_chunk_ms"][k] = v;
+    runs.push_back(pj);
+
+    for (int B : a.batches) {
+      int64_t pos = ctx;
+      for (int graphs = 1; graphs >= 0; --graphs) {
+        m.set_graph_replay_diagnostic(graphs == 0);
+        std::vector<double> ms;
+        std::set<std::pair<int, int32_t>> experts;  // (layer, expert) selected in the traced step
+        std::vector<std::pair<std::string, double>> profile;
+        for (int step = 0; step < a.decode_steps + 3; ++step) {
+          std::vector<int32_t> toks(size_t(B));
+          std::vector<gpu::GpuStepSeq> qs(size_t(B));
+          for (int s = 0; s < B; ++s) {
+            toks[size_t(s)] = token_at(s, pos);
+            qs[size_t(s)] = gpu::GpuStepSeq{s, tables[size_t(s)], pos, std::span<const int32_t>(&toks[size_t(s)], 1), true};
+          }
+          gpu::GpuStepTrace trace;
+          const bool traced = graphs == 1 && step == 0;
+          const bool profiled = graphs == 0 && step == 1;
+          m.set_profiling(profiled);
+          const auto t0 = Clock::now();
+          const Status st = m.forward(qs, nullptr, false, traced ? &trace : nullptr);
+          cudaStreamSynchronize(stream);
+          const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+          if (!st.is_ok()) return fail(st.with_context(fmt::format("decode batch {} at {}", B, pos)));
+          if (traced)
+            for (size_t l = 0; l < trace.experts.size(); ++l)
+              for (int32_t e : trace.experts[l]) experts.insert({int(l), e});
+          if (profiled) profile = m.last_profile();
+          if (step >= 3 && !traced && !profiled) ms.push_back(dt);
+          ++pos;
+        }
+        m.set_profiling(false);
+        const double step_ms = median(ms);
+        double bytes = wb.fixed + wb.head + wb.per_expert * double(experts.size());
+        for (int s = 0; s < B; ++s) bytes += kv_bytes(*cfg, pos);
+        const double roofline_ms = bytes / (*bw * 1e6);
+        fmt::print("  decode B={:<3} ctx {:<7} {}: {:.3f} ms/step, {:.0f} tok/s, {:.2f} GB read, roofline {:.3f} ms "
+                   "({:.0f}%)\n",
+                   B, ctx, graphs ? "graph" : "eager", step_ms, double(B) * 1e3 / step_ms, bytes / 1e9, roofline_ms,
+                   100.0 * roofline_ms / step_ms);
+        json dj;
+        dj["kind"] = "decode";
+        dj["batch"] = B;
+        dj["context"] = ctx;
+        dj["graphs"] = bool(graphs);
+        dj["step_ms"] = step_ms;
+        dj["tokens_per_s"] = double(B) * 1e3 / step_ms;
+        dj["bytes"] = bytes;
+        dj["distinct_experts"] = experts.size();
+        dj["roofline_ms"] = roofline_ms;
+        dj["roofline_ratio"] = roofline_ms / step_ms;
+        for (auto& [k, v] : profile) dj["eager_profile_ms"][k] = v;
+        runs.push_back(dj);
+        if (!profile.empty()) {
+          std::string line = "    eager split:";
+          for (auto& [k, v] : profile) line += fmt::format(" {} {:.3f}", k, v);
+          fmt::print("{}\n", line);
+        }
+      }
+      m.set_graph_replay_diagnostic(false);
+    }
+  }
+  if (!a.out.empty()) {
+    std::ofstream f(a.out);
+    f << out.dump(2) << "\n";
+    fmt::print("bench: wrote {}\n", a.out);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("bench", "GPU decode/prefill ladder: step times, category split, roofline ratio");
+  auto a = std::make_shared<BenchArgs>();
+  cmd->add_option("--model", a->model, "checkpoint directory (W4A16)");
+  cmd->add_option("--synthetic", a->synthetic, "flash: random weights generated in GPU memory");
+  cmd->add_option("--layers", a->layers, "layers of the synthetic model")->capture_default_str();
+  cmd->add_option("--batch", a->batches, "decode batch sizes")->delimiter(',')->capture_default_str();
+  cmd->add_option("--context", a->contexts, "context lengths (prefilled first)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--decode-steps", a->decode_steps, "timed decode steps per point")->capture_default_str();
+  cmd->add_option("--chunk", a->chunk, "prefill chunk (tokens per step)")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "synthetic weights seed")->capture_default_str();
+  cmd->add_option("--out", a->out, "JSON result file");
+  cmd->add_option("--commit", a->commit, "commit recorded in the JSON");
+  cmd->add_option("--command", a->command, "command line recorded in the JSON");
+  cmd->callback([a, &exit_code] { exit_code = run_bench(*a); });
+}
+
+}  // namespace dsv4::cli
