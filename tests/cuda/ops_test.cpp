@@ -142,6 +142,11 @@ TEST(OpsHost, MixPlanFitsFlashAndGroupsTokens) {
   ASSERT_TRUE(plan_mix(64, 4, 4096, 24, p));
   EXPECT_EQ(p.tokens_per_block, 8);
   EXPECT_EQ(p.n_groups, 8);
+  ASSERT_TRUE(plan_mix(333, 4, 4096, 24, p));  // the uneven case of Ops.HcPreNorm
+  EXPECT_EQ(p.tokens_per_block, 11);
+  EXPECT_EQ(p.n_groups, 31);
+  ASSERT_TRUE(plan_mix(1, 4, 128, 24, p));  // the tiny test model (hidden 128)
+  EXPECT_EQ(p.n_splits, 2);
   ASSERT_TRUE(plan_mix(2048, 4, 4096, 24, p));
   EXPECT_EQ(p.n_groups, 32);
   EXPECT_EQ(p.n_groups * p.tokens_per_block, 2048);
@@ -238,7 +243,8 @@ TEST(Ops, HcPreNorm) {
   const DeviceHcParams d_hp(hp);
   const std::vector<float> norm_w = norm_weights(size_t(D), 12);
   DeviceBuffer d_norm_w = upload_vector(norm_w);
-  for (int T : kTokenCounts) {
+  // 333 (a prefill chunk): 31 token groups of 11, the last one holding 3 tokens.
+  for (int T : {1, 7, 64, 333}) {
     SCOPED_TRACE("T=" + std::to_string(T));
     const std::vector<float> X = random_bf16_values(T * hcD, 100 + uint64_t(T), 1.0f);
     DeviceBuffer d_X = upload_vector(to_bf16(X));
@@ -437,24 +443,25 @@ TEST(Ops, QNormRope) {
 
 // ---- kv_finish --------------------------------------------------------------------------------
 
-TEST(Ops, KvFinish) {
-  DSV4_SKIP_WITHOUT_GPU();
-  const ModelConfig& c = flash();
-  const int d = c.head_dim, r = c.rope_dim, nope = c.nope_dim(), ql = c.q_lora_rank;
-  const int64_t ld = ql + d;  // kv = columns [1024, 1536) of the fused wq_a|wkv output
+// One kv_finish case: kv rows of `nope + rope` values at column ql of a fused [T, ql + d] buffer.
+void check_kv_finish(const ModelConfig& c, int nope, int r, int ql, const std::vector<int>& token_counts) {
+  const int d = nope + r;
+  const int64_t ld = ql + d;
   const float eps = float(c.norm_eps);
   const cpu::Rounder rnd(cpu::Numerics::bf16_gpu());
-  LayerKvView layout;  // Flash defaults: nope 448, rope 64, 584-byte records
-  ASSERT_EQ(layout.entry_bytes, kv::entry_bytes(nope, r));
-  const int eb = layout.entry_bytes, n_blocks = nope / 64;
+  LayerKvView layout;
+  layout.nope = nope;
+  layout.rope = r;
+  layout.entry_bytes = int(kv::entry_bytes(nope, r));
+  const int eb = layout.entry_bytes, n_blocks = (nope + 63) / 64;
   const std::vector<float> norm_w = norm_weights(size_t(d), 41);
   DeviceBuffer d_norm_w = upload_vector(norm_w);
   const cpu::Rope rope(c.rope_compress, r);
   DeviceBuffer d_freq = upload_vector(rope.inv_freq());
-  for (int T : kTokenCounts) {
-    SCOPED_TRACE("T=" + std::to_string(T));
+  for (int T : token_counts) {
+    SCOPED_TRACE("nope " + std::to_string(nope) + ", T=" + std::to_string(T));
     std::vector<float> buf = random_bf16_values(T * ld, 1000 + uint64_t(T), 1.0f);
-    // Vary the row scale so that the fp8 block scales spread over several exponents.
+    // Vary the scale per row and per 64 dims so that the fp8 block scales spread over exponents.
     for (int t = 0; t < T; ++t)
       for (int j = 0; j < d; ++j) {
         const float s = std::ldexp(1.0f, (t + j / 64) % 7 - 3);
@@ -517,6 +524,17 @@ TEST(Ops, KvFinish) {
     EXPECT_LE(double(nope_differ) / double(n_nope), 1e-3) << nope_differ << " nope values differ";
     expect_bf16_close(rope_got, rope_ref, 2, 1e-3, "kv_finish rope dims");
   }
+}
+
+TEST(Ops, KvFinish) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ModelConfig& c = flash();
+  // Flash: nope 448 = 7 fp8 blocks, rope 64, 584-byte records; kv = columns [1024, 1536) of the
+  // fused wq_a|wkv output.
+  ASSERT_EQ(LayerKvView{}.entry_bytes, kv::entry_bytes(c.nope_dim(), c.rope_dim));
+  check_kv_finish(c, c.nope_dim(), c.rope_dim, c.q_lora_rank, {1, 7, 64});
+  // The tiny test model: nope 48 (one short fp8 block), rope 16, 88-byte records.
+  check_kv_finish(c, 48, 16, 128, {7});
 }
 
 // ---- window_save ------------------------------------------------------------------------------

@@ -3,9 +3,9 @@
 // `pre` and head_logits). Two launches, plan in mhc_plan.h:
 //   1. partials: the fn . v and v . v slice sums of every token (fn read once per token group),
 //      parked in the token's output row x[t];
-//   2. finish: one block per token sums the slices, warp 0 computes rho, the pre/post weights and
-//      the Sinkhorn comb (mix), then the block collapses the streams, rounds to bf16 and applies
-//      the RMSNorm, overwriting x[t].
+//   2. finish: one block per token sums the slices; a mixer warp computes rho and pre, then the
+//      post weights and the Sinkhorn comb (mix) while 16 worker warps collapse the streams, round
+//      to bf16 and apply the RMSNorm, overwriting x[t].
 // Numerics: the slice sums differ from the reference's dot only by fp32 summation order; the
 // collapse, the norm's products and the Sinkhorn use the reference's order and rounding points.
 #include <cstdint>
@@ -24,8 +24,8 @@ using namespace mhc_detail;
 using namespace ops_detail;
 
 constexpr int kMaxHc = 4;             // register arrays of the finish kernel
-constexpr int kFinishThreads = 512;   // 8 columns per thread and chunk
-constexpr int kFinishChunks = 2;      // D <= 512 * 8 * 2 = 8192
+constexpr int kFinishWorkers = 512;   // finish threads that collapse: 8 columns per chunk
+constexpr int kFinishChunks = 1;      // D <= 512 * 8 = 4096 (Flash); registers allow 2 blocks per SM
 
 struct MixPartialsArgs {
   const __nv_bfloat16* X;  // bf16 [*, hc*D] residual streams
@@ -108,65 +108,90 @@ struct MixFinishArgs {
   float* mix;              // f32 [T, hc + hc*hc] (blocks only)
 };
 
-// grid T, 512 threads. Thread = chunks of 8 columns (c = tid + 512 i) of every stream.
-__global__ void __launch_bounds__(kFinishThreads) mix_finish_kernel(MixFinishArgs a) {
+// Sum over the 512 worker threads (the mixer warp does not take part): named barrier 1.
+__device__ __forceinline__ float worker_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  asm volatile("bar.sync 1, %0;" ::"n"(kFinishWorkers) : "memory");
+  float s = lane < kFinishWorkers / 32 ? scratch[lane] : 0.0f;
+  return warp_sum(s);
+}
+
+// grid T, 16 worker warps + 1 mixer warp. Worker thread = chunks of 8 columns (c = tid + 512 i)
+// of every stream. The mixer computes pre for the workers, then runs the Sinkhorn (a serial chain
+// of ~40 dependent normalizations) while the workers collapse and normalize.
+__global__ void __launch_bounds__(kFinishWorkers + 32) mix_finish_kernel(MixFinishArgs a) {
+  constexpr int kWorkerWarps = kFinishWorkers / 32;
   const int t = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const bool mixer = warp == kWorkerWarps;
   const int n_chunks = a.D / 8;
   const int64_t row = a.rows != nullptr ? a.rows[t] : t;
+  __shared__ float s_part[kWorkerWarps][32];
   __shared__ float s_pre[kMaxHc];
   __shared__ float s_red[32];
 
-  // The streams' loads go out first and overlap warp 0's serial part.
+  // The streams' loads go out first and overlap the slice sums and the mixer's pre.
   uint4 raw[kFinishChunks][kMaxHc];
 #pragma unroll
   for (int ci = 0; ci < kFinishChunks; ++ci) {
-    const int c = threadIdx.x + ci * kFinishThreads;
+    const int c = threadIdx.x + ci * kFinishWorkers;
 #pragma unroll
     for (int i = 0; i < kMaxHc; ++i) {
       raw[ci][i] = make_uint4(0, 0, 0, 0);
-      if (c < n_chunks && i < a.hc)
+      if (!mixer && c < n_chunks && i < a.hc)
         raw[ci][i] = *reinterpret_cast<const uint4*>(a.X + (row * a.hc + i) * a.D + 8 * c);
     }
   }
 
-  if (warp == 0) {
-    // Lane j <= n_mix: slice sum j over all slices, in slice order (value n_mix is v . v).
+  // Slice sums: worker warp w adds slices w, w + 16, ... of value `lane` (value n_mix is v . v);
+  // the mixer adds the 16 results in warp order. A fixed order: the result is deterministic.
+  const int stride = a.n_mix + 1;
+  if (!mixer) {
     const float* part = reinterpret_cast<const float*>(a.x) + int64_t(t) * a.partial_row;
-    const int stride = a.n_mix + 1;
     float acc = 0.0f;
-    if (lane <= a.n_mix) {
-#pragma unroll 8
-      for (int s = 0; s < a.n_splits; ++s) acc += part[s * stride + lane];
-    }
+    if (lane <= a.n_mix)
+      for (int s = warp; s < a.n_splits; s += kWorkerWarps) acc += part[s * stride + lane];
+    s_part[warp][lane] = acc;
+  }
+  // Also orders every read of the partials (in x[t]) before the workers overwrite x[t].
+  __syncthreads();
+
+  float mu = 0.0f;  // mixer lane i < n_mix: mu_i
+  if (mixer) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWorkerWarps; ++w) acc += s_part[w][lane];
     const float ss = __shfl_sync(kFullMask, acc, a.n_mix);
     const float rho = 1.0f / sqrtf(ss / float(a.hc * a.D) + a.norm_eps);
-    const float mu = __fmul_rn(acc, rho);  // lane i < n_mix: mu_i
+    mu = __fmul_rn(acc, rho);
+    if (lane < a.hc) s_pre[lane] = sigmoid_dev(__fadd_rn(__fmul_rn(mu, a.scale[0]), a.base[lane])) + a.hc_eps;
+  }
+  __syncthreads();  // s_pre is ready; the last barrier the mixer takes part in
+
+  if (mixer) {
+    if (a.head) return;
     const int hc = a.hc;
     const float mu_post = __shfl_sync(kFullMask, mu, (hc + lane) & 31);
     const float mu_comb = __shfl_sync(kFullMask, mu, (2 * hc + lane) & 31);
-    if (lane < hc) s_pre[lane] = sigmoid_dev(__fadd_rn(__fmul_rn(mu, a.scale[0]), a.base[lane])) + a.hc_eps;
-    if (!a.head) {
-      float* mix_t = a.mix + int64_t(t) * (hc + hc * hc);
-      if (lane < hc)
-        mix_t[lane] = 2.0f * sigmoid_dev(__fadd_rn(__fmul_rn(mu_post, a.scale[1]), a.base[hc + lane]));
-      const float logit =
-          lane < hc * hc ? __fadd_rn(__fmul_rn(mu_comb, a.scale[2]), a.base[2 * hc + lane]) : 0.0f;
-      const float comb = sinkhorn_warp(logit, hc, a.sinkhorn_iters, a.hc_eps, lane);
-      if (lane < hc * hc) mix_t[hc + lane] = comb;
-    }
+    float* mix_t = a.mix + int64_t(t) * (hc + hc * hc);
+    if (lane < hc) mix_t[lane] = 2.0f * sigmoid_dev(__fadd_rn(__fmul_rn(mu_post, a.scale[1]), a.base[hc + lane]));
+    const float logit = lane < hc * hc ? __fadd_rn(__fmul_rn(mu_comb, a.scale[2]), a.base[2 * hc + lane]) : 0.0f;
+    const float comb = sinkhorn_warp(logit, hc, a.sinkhorn_iters, a.hc_eps, lane);
+    if (lane < hc * hc) mix_t[hc + lane] = comb;
+    return;
   }
-  // Also orders warp 0's reads of the partials before any write of x[t] below.
-  __syncthreads();
 
-  // Collapse: x = bf16(sum_i pre_i X_i) in stream order, then the RMSNorm over the bf16 values.
+  // Workers. Collapse: x = bf16(sum_i pre_i X_i) in stream order, then the RMSNorm over the
+  // bf16 values.
   float xv[kFinishChunks][8];
   float ss_local = 0.0f;
 #pragma unroll
   for (int ci = 0; ci < kFinishChunks; ++ci) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) xv[ci][e] = 0.0f;
-    if (threadIdx.x + ci * kFinishThreads >= n_chunks) continue;
+    if (threadIdx.x + ci * kFinishWorkers >= n_chunks) continue;
 #pragma unroll
     for (int i = 0; i < kMaxHc; ++i) {
       if (i >= a.hc) break;
@@ -185,11 +210,11 @@ __global__ void __launch_bounds__(kFinishThreads) mix_finish_kernel(MixFinishArg
       ss_local += xv[ci][e] * xv[ci][e];
     }
   }
-  const float ss = block_sum(ss_local, s_red);
+  const float ss = worker_sum(ss_local, s_red);
   const float r = 1.0f / sqrtf(ss / float(a.D) + a.norm_eps);
 #pragma unroll
   for (int ci = 0; ci < kFinishChunks; ++ci) {
-    const int c = threadIdx.x + ci * kFinishThreads;
+    const int c = threadIdx.x + ci * kFinishWorkers;
     if (c >= n_chunks) continue;
     const float4 w0 = __ldg(reinterpret_cast<const float4*>(a.norm_w + 8 * c));
     const float4 w1 = __ldg(reinterpret_cast<const float4*>(a.norm_w + 8 * c + 4));
@@ -210,9 +235,9 @@ Status launch_hc_mix(const char* name, const __nv_bfloat16* X, const int32_t* ro
   if (X == nullptr || p.fn == nullptr || p.base == nullptr || p.scale == nullptr || norm_w == nullptr || x == nullptr ||
       (!head && mix == nullptr))
     return invalid_argument("{}: null pointer", name);
-  if (d.hc < 1 || d.hc > kMaxHc || d.D < 64 || d.D % 64 != 0 || d.D > 8 * kFinishThreads * kFinishChunks)
+  if (d.hc < 1 || d.hc > kMaxHc || d.D < 64 || d.D % 64 != 0 || d.D > 8 * kFinishWorkers * kFinishChunks)
     return invalid_argument("{}: hc {} must be in 1..{} and D {} a multiple of 64 up to {}", name, d.hc, kMaxHc, d.D,
-                            8 * kFinishThreads * kFinishChunks);
+                            8 * kFinishWorkers * kFinishChunks);
   const int n_mix = head ? d.hc : (2 + d.hc) * d.hc;
   if (p.n_mix != n_mix) return invalid_argument("{}: n_mix {} (expected {} for hc {})", name, p.n_mix, n_mix, d.hc);
   if (!head && d.sinkhorn_iters < 1) return invalid_argument("{}: sinkhorn_iters {} < 1", name, d.sinkhorn_iters);
@@ -237,7 +262,7 @@ Status launch_hc_mix(const char* name, const __nv_bfloat16* X, const int32_t* ro
 
   const MixFinishArgs fa{X,     rows,    p.base, p.scale, norm_w, d.hc, d.D,    n_mix, plan.n_splits, d.sinkhorn_iters,
                          d.hc_eps, d.norm_eps, head, partial_row, x, mix};
-  mix_finish_kernel<<<T, kFinishThreads, 0, stream>>>(fa);
+  mix_finish_kernel<<<T, kFinishWorkers + 32, 0, stream>>>(fa);
   return last_launch_status(name);
 }
 
