@@ -26,6 +26,7 @@ using cuda::cuda_status;
 
 constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;  // what cuBLAS asks for on Hopper
 constexpr int kMaxStepTokens = 8192;                       // the W4A16 GEMM's M range
+constexpr int kMinLogitRows = 64;                          // head chunk of all_rows steps (logits f32 [64, vocab])
 
 // The model's stream and the event that says the step inputs have left the pinned staging area.
 // Declared first in Impl, so it outlives every member that still refers to the stream.
@@ -152,7 +153,8 @@ struct GpuModel::Impl {
     const int64_t T = opts.max_tokens_per_step;
     const MemCategory cat = MemCategory::kActivations;
     act.max_tokens = int(T);
-    act.logit_rows = opts.max_seqs;
+    // Room for one output row per sequence; all_rows steps run the head in chunks of this many.
+    act.logit_rows = std::max(opts.max_seqs, std::min(opts.max_tokens_per_step, kMinLogitRows));
     for (const LayerDeviceWeights& l : w.layers) act.proj_cols = std::max(act.proj_cols, l.proj.n);
     using bf16 = __nv_bfloat16;
     DSV4_ASSIGN_OR_RETURN(act.X, arena.alloc_n<bf16>(T * c.hc_dim(), cat, "residual streams"));

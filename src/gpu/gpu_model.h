@@ -67,8 +67,8 @@ class GpuModel {
                  GpuStepTrace* trace = nullptr);
 
   // Device logits of the last forward ([n_logits, vocab] f32, row stride vocab) and the stream, for
-  // sampling on the device without a host round trip (the runner). After an all_rows step larger
-  // than max_seqs rows it holds only the last max_seqs-row chunk.
+  // sampling on the device without a host round trip (the runner). After an all_rows step it
+  // holds only the last chunk the head computed (max(max_seqs, 64) rows per chunk).
   const float* device_logits() const;
   void* stream() const;  // cudaStream_t
 
