@@ -1,0 +1,90 @@
+// compressor.cu: compressor_forward, the validating launcher of the KV compressors (CSA main and
+// indexer compressors, HCA). Two launches on the caller's stream, emit (emit.cu) then save
+// (save.cu), both with one block per token row, so the grid depends only on n_tokens (graph-safe);
+// nothing is allocated and nothing waits on the host.
+#include <cmath>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/compressor/compressor.h"
+#include "cuda/compressor/compressor_internal.h"
+
+namespace dsv4::cuda {
+
+using namespace compressor_detail;
+
+namespace {
+
+bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+// Bytes of the record the emit writes (kvcache/kv_record.h: entry_bytes, indexer_key_bytes).
+int expected_record_bytes(const CompressorParamsView& p) {
+  switch (p.record) {
+    case CompressedRecord::kFp8Entry: {
+      const int nope = p.dim - p.rope_dim;
+      return (nope + 2 * p.rope_dim + nope / 64 + 7) / 8 * 8;
+    }
+    case CompressedRecord::kFp4IndexKey: return p.dim / 2 + p.dim / 32;
+  }
+  return -1;
+}
+
+}  // namespace
+
+Status compressor_forward(const StepBatchView& b, const float* a, const float* z, int64_t ld,
+                          const CompressorParamsView& p, float* state, uint8_t* pool, int record_bytes,
+                          cudaStream_t stream) {
+  if (p.ratio < 1 || kKvBlockTokens % p.ratio != 0)
+    return invalid_argument("compressor_forward: ratio {} must divide {}", p.ratio, kKvBlockTokens);
+  if (p.dim < 32 || p.dim > kMaxDim || p.dim % 32 != 0)
+    return invalid_argument("compressor_forward: dim {} must be a multiple of 32 up to {}", p.dim, kMaxDim);
+  if (p.rope_dim < 0 || p.rope_dim % 2 != 0 || p.rope_dim > p.dim)
+    return invalid_argument("compressor_forward: rope_dim {} must be even and at most dim {}", p.rope_dim, p.dim);
+  switch (p.record) {
+    case CompressedRecord::kFp8Entry:
+      if ((p.dim - p.rope_dim) % 64 != 0 || p.rope_dim % 32 != 0)
+        return invalid_argument("compressor_forward: fp8 entries need nope {} % 64 == 0 and rope {} % 32 == 0",
+                                p.dim - p.rope_dim, p.rope_dim);
+      break;
+    case CompressedRecord::kFp4IndexKey:
+      if ((p.dim & (p.dim - 1)) != 0)
+        return invalid_argument("compressor_forward: fp4 keys need a power-of-two dim (Hadamard), got {}", p.dim);
+      break;
+  }
+  if (record_bytes != expected_record_bytes(p))
+    return invalid_argument("compressor_forward: record_bytes {} != {} for dim {} rope {}", record_bytes,
+                            expected_record_bytes(p), p.dim, p.rope_dim);
+  if (ld < p.width()) return invalid_argument("compressor_forward: ld {} < width {}", ld, p.width());
+  if (!(p.norm_eps >= 0.0f)) return invalid_argument("compressor_forward: norm_eps {}", p.norm_eps);
+  if (b.n_tokens < 0 || b.n_seqs < 0) return invalid_argument("compressor_forward: n_tokens {} n_seqs {}", b.n_tokens, b.n_seqs);
+  if (b.n_tokens == 0) return Status::ok();
+  if (b.token_seq == nullptr || b.token_pos == nullptr || b.seq_slot == nullptr || b.seq_pos0 == nullptr ||
+      b.seq_tok0 == nullptr || b.seq_ntok == nullptr || b.block_table == nullptr || b.max_blocks < 1)
+    return invalid_argument("compressor_forward: incomplete step batch");
+  if (a == nullptr || z == nullptr || state == nullptr || pool == nullptr || p.ape == nullptr || p.norm_w == nullptr ||
+      (p.rope_dim > 0 && p.inv_freq == nullptr))
+    return invalid_argument("compressor_forward: null a, z, state, pool, ape, norm_w or inv_freq");
+  if (!aligned(pool, 2)) return invalid_argument("compressor_forward: pool must be 2-byte aligned");
+
+  CompressorLaunch g;
+  g.b = b;
+  g.a = a;
+  g.z = z;
+  g.ld = ld;
+  g.ape = p.ape;
+  g.norm_w = p.norm_w;
+  g.inv_freq = p.inv_freq;
+  g.state = state;
+  g.pool = pool;
+  g.ratio = p.ratio;
+  g.coff = p.coff();
+  g.dim = p.dim;
+  g.rope_dim = p.rope_dim;
+  g.record_bytes = record_bytes;
+  g.norm_eps = p.norm_eps;
+  g.hadamard_scale = 1.0f / std::sqrt(float(p.dim));
+  g.record = p.record;
+  DSV4_RETURN_IF_ERROR(launch_compressor_emit(g, stream));
+  return launch_compressor_save(g, stream);
+}
+
+}  // namespace dsv4::cuda

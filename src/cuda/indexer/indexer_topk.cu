@@ -1,0 +1,319 @@
+// indexer_topk.cu: Lightning Indexer scoring and top-k (MODEL_SPEC.md §6.6 steps 6-8), bit-exact
+// with cpu::indexer_scores + cpu::topk_indices. Two launches:
+//   split: one block per (row, split) scores its share of the row's n_vis keys 64 at a time
+//          (decode the fp4 records to bf16 in shared memory, mma.sync m16n8k16 with the 64
+//          heads as M, then the reference's rounding chain and the head sum in head order) and
+//          keeps its own top-k of 64-bit (score, index) keys;
+//   merge: one block per row takes the global top-k from the splits' sorted lists.
+// Nothing is sized by the context: the workspace holds topk keys per (row, split) slot.
+//
+// Why the scores are exact: q and the keys are e2m1 codes times powers of two, so every product
+// is exact and, with block scales a few binades apart (as fp4sim after a Hadamard gives), every
+// partial sum of the 128-term dot fits in 24 bits: the tensor core's fp32 accumulation and the
+// reference's loop give the same float in any order. The rest (bf16 roundings, the fp32 head sum
+// in head order) is done exactly as the reference.
+#include <algorithm>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/indexer/candidates.cuh"
+#include "cuda/indexer/indexer.h"
+#include "cuda/indexer/ref_numerics.cuh"
+#include "cuda/indexer/topk_plan.h"
+
+namespace dsv4::cuda {
+
+using namespace indexer_detail;
+
+namespace {
+
+constexpr int kSplitThreads = 256;              // 8 warps: 4 head groups of 16 x 2 key halves of 32
+constexpr int kMergeThreads = 512;
+constexpr int kMaxHeads = 64;
+constexpr int kRowPad = kHeadDim + 8;           // bf16 per shared row (272 B): ldmatrix rows hit distinct banks
+constexpr int kVPad = kMaxHeads + 8;            // bf16 per row of per-head terms (144 B)
+constexpr int kSplitCap = 2 * kMaxTopk;         // candidate buffer of a split
+constexpr int kMergeCap = 4 * kMaxTopk;         // candidate buffer of the merge
+constexpr int kItemsPerThread = kTileKeys * (kHeadDim / 8) / kSplitThreads;  // 8-dim words per thread per tile
+
+struct TopkArgs {
+  StepBatchView b;
+  const __nv_bfloat16* qi;  // bf16 [T, n_heads, 128], prepared
+  const float* w;           // f32 [T, n_heads]
+  const uint8_t* keys;      // u8 paged indexer keys, kKeyBytes each
+  int ratio;
+  int n_heads, topk, n_splits, ws_topk;
+  uint64_t* cand;           // u64 [T * n_splits][ws_topk]: each split's sorted keys
+  int32_t* counts;          // i32 [T * n_splits]: keys each split kept
+  int32_t* selected;        // i32 [T][topk]
+};
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The raw words of one tile a thread decodes: item i = threadIdx.x + 256 i is (key i / 16,
+// 8-dim word i % 16) of the tile.
+struct TileWords {
+  uint32_t word[kItemsPerThread];
+  uint32_t scale[kItemsPerThread];  // the ue8m0 byte of the word's 32-dim block
+};
+
+__device__ __forceinline__ void load_tile(TileWords& r, const TopkArgs& g, const int32_t* bt, int64_t e0, int64_t end) {
+#pragma unroll
+  for (int i = 0; i < kItemsPerThread; ++i) {
+    const int item = threadIdx.x + kSplitThreads * i;
+    const int64_t e = e0 + item / 16;
+    const int wi = item % 16;
+    r.word[i] = 0;
+    r.scale[i] = 127;
+    if (e < end) {
+      const uint8_t* rec = g.keys + paged_record_offset(bt, e, g.ratio, kKeyBytes);
+      r.word[i] = __ldg(reinterpret_cast<const uint32_t*>(rec) + wi);
+      r.scale[i] = __ldg(rec + kHeadDim / 2 + wi / 4);
+    }
+  }
+}
+
+__device__ __forceinline__ void store_tile(const TileWords& r, __nv_bfloat16* s_keys) {
+#pragma unroll
+  for (int i = 0; i < kItemsPerThread; ++i) {
+    const int item = threadIdx.x + kSplitThreads * i;
+    uint32_t v[4];
+    decode_e2m1x8(r.word[i], r.scale[i], v);
+    *reinterpret_cast<uint4*>(s_keys + (item / 16) * kRowPad + (item % 16) * 8) = make_uint4(v[0], v[1], v[2], v[3]);
+  }
+}
+
+// The reference's per-(head, key) term: bf16(relu(bf16(q . k)) * w_h).
+__device__ __forceinline__ __nv_bfloat16 head_term(float dot, float w) {
+  return __float2bfloat16_rn(__fmul_rn(fmaxf(ref::round_bf16(dot), 0.0f), w));
+}
+
+__global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(TopkArgs g) {
+  __shared__ __align__(16) __nv_bfloat16 s_tile[kTileKeys * kRowPad];  // q rows first, then key tiles
+  __shared__ __align__(16) __nv_bfloat16 s_v[kTileKeys * kVPad];       // [key][head] terms
+  __shared__ uint64_t s_keys[kSplitCap];
+  __shared__ float s_w[kMaxHeads];
+  __shared__ int s_count;
+  __shared__ uint64_t s_thr;
+
+  const int t = blockIdx.x, split = blockIdx.y;
+  const int64_t slot = int64_t(t) * g.n_splits + split;
+  const int seq = g.b.token_seq[t];
+  const int64_t n_vis = seq < 0 ? 0 : (int64_t(g.b.token_pos[t]) + 1) / g.ratio;
+  const int64_t chunk = split_keys(n_vis, g.n_splits);
+  const int64_t begin = split * chunk, end = std::min(n_vis, begin + chunk);
+  if (begin >= end) {  // padding row, nothing visible, or nothing left for this split
+    if (threadIdx.x == 0) g.counts[slot] = 0;
+    return;
+  }
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int32_t* bt = g.b.block_table + int64_t(seq) * g.b.max_blocks;
+
+  // Stage q (n_heads x 128 bf16) and w; each MMA warp keeps its 16 heads' A fragments.
+  const __nv_bfloat16* q = g.qi + int64_t(t) * g.n_heads * kHeadDim;
+  for (int i = tid; i < g.n_heads * (kHeadDim / 8); i += kSplitThreads) {
+    const int h = i / (kHeadDim / 8), c = i % (kHeadDim / 8);
+    *reinterpret_cast<uint4*>(s_tile + h * kRowPad + c * 8) = *reinterpret_cast<const uint4*>(q + h * kHeadDim + c * 8);
+  }
+  for (int h = tid; h < g.n_heads; h += kSplitThreads) s_w[h] = g.w[int64_t(t) * g.n_heads + h];
+  if (tid == 0) {
+    s_count = 0;
+    s_thr = 0;
+  }
+  TileWords words;
+  load_tile(words, g, bt, begin, end);
+  __syncthreads();
+  const int mw = warp & 3, nw = warp >> 2;  // heads 16 mw .. +15, tile keys 32 nw .. +31
+  const bool mma_warp = 16 * mw < g.n_heads;
+  uint32_t afrag[kHeadDim / 16][4];
+  if (mma_warp) {
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks)
+      ldmatrix_x4(afrag[ks], s_tile + (16 * mw + lane % 16) * kRowPad + ks * 16 + (lane / 16) * 8);
+  }
+  __syncthreads();  // s_tile now holds key tiles
+
+  const CandidateBuffer buf{s_keys, &s_count, &s_thr};
+  for (int64_t e0 = begin; e0 < end; e0 += kTileKeys) {
+    store_tile(words, s_tile);
+    __syncthreads();
+    if (e0 + kTileKeys < end) load_tile(words, g, bt, e0 + kTileKeys, end);  // in flight during the MMA
+
+    if (mma_warp) {
+      float acc[4][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          // Matrices: (n-tile 2np, k 0-7), (2np, k 8-15), (2np+1, k 0-7), (2np+1, k 8-15).
+          uint32_t bfrag[4];
+          const int key = 32 * nw + 16 * np + (lane / 16) * 8 + lane % 8;
+          ldmatrix_x4(bfrag, s_tile + key * kRowPad + ks * 16 + ((lane / 8) % 2) * 8);
+          mma_bf16(acc[2 * np], afrag[ks], bfrag[0], bfrag[1]);
+          mma_bf16(acc[2 * np + 1], afrag[ks], bfrag[2], bfrag[3]);
+        }
+      }
+      // acc[nt]: c0, c1 = head h0, keys k0, k0 + 1; c2, c3 = head h0 + 8.
+      const int h0 = 16 * mw + lane / 4;
+      const float w0 = s_w[h0], w1 = s_w[h0 + 8];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int k0 = 32 * nw + 8 * nt + 2 * (lane % 4);
+        s_v[k0 * kVPad + h0] = head_term(acc[nt][0], w0);
+        s_v[(k0 + 1) * kVPad + h0] = head_term(acc[nt][1], w0);
+        s_v[k0 * kVPad + h0 + 8] = head_term(acc[nt][2], w1);
+        s_v[(k0 + 1) * kVPad + h0 + 8] = head_term(acc[nt][3], w1);
+      }
+    }
+    __syncthreads();
+
+    // Score = bf16(sum over heads in head order, fp32), one key per thread.
+    if (tid < kTileKeys && e0 + tid < end) {
+      const uint4* row = reinterpret_cast<const uint4*>(s_v + tid * kVPad);
+      float total = 0.0f;
+      for (int i = 0; i < g.n_heads / 8; ++i) {
+        const uint4 u = row[i];
+        const uint32_t pr[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          total = __fadd_rn(total, __uint_as_float(pr[j] << 16));
+          total = __fadd_rn(total, __uint_as_float(pr[j] & 0xffff0000u));
+        }
+      }
+      offer(buf, topk_key(ref::round_bf16(total), int32_t(e0 + tid)));
+    }
+    __syncthreads();
+    if (s_count > kSplitCap - kTileKeys) compact_candidates(buf, g.topk);
+  }
+
+  const int n_held = sort_candidates(buf);
+  const int n_out = std::min(n_held, g.topk);
+  uint64_t* out = g.cand + slot * g.ws_topk;
+  for (int i = tid; i < n_out; i += kSplitThreads) out[i] = s_keys[i];
+  if (tid == 0) g.counts[slot] = n_out;
+}
+
+// One block per row: the lists of the row's splits enter rank-major, `round` ranks of every list
+// per round; a round in which nothing beat the threshold ends the merge (the lists are sorted and
+// the threshold only rises, so nothing later can enter).
+__global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(TopkArgs g) {
+  __shared__ uint64_t s_keys[kMergeCap];
+  __shared__ int s_cnt[kMaxSplits];
+  __shared__ int s_count, s_added;
+  __shared__ uint64_t s_thr;
+
+  const int t = blockIdx.x, tid = threadIdx.x;
+  int32_t* out = g.selected + int64_t(t) * g.topk;
+  if (g.b.token_seq[t] < 0) {
+    for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = -1;
+    return;
+  }
+  const int n_splits = g.n_splits;
+  const int64_t slot0 = int64_t(t) * n_splits;
+  for (int s = tid; s < n_splits; s += kMergeThreads) s_cnt[s] = g.counts[slot0 + s];
+  if (tid == 0) {
+    s_count = 0;
+    s_thr = 0;
+  }
+  __syncthreads();
+
+  const CandidateBuffer buf{s_keys, &s_count, &s_thr};
+  const int round = merge_round(n_splits), per_round = n_splits * round;
+  for (int r0 = 0; r0 < g.topk; r0 += round) {
+    if (s_count > kMergeCap - per_round) compact_candidates(buf, g.topk);
+    if (tid == 0) s_added = 0;
+    __syncthreads();
+    for (int i = tid; i < per_round; i += kMergeThreads) {
+      const int s = i / round, rank = r0 + i % round;
+      if (rank < s_cnt[s]) {
+        const uint64_t key = g.cand[(slot0 + s) * g.ws_topk + rank];
+        if (key > s_thr) {
+          s_keys[atomicAdd(&s_count, 1)] = key;
+          s_added = 1;
+        }
+      }
+    }
+    __syncthreads();
+    const bool added = s_added != 0;
+    __syncthreads();  // everyone has read s_added before it is reset
+    if (!added) break;
+  }
+
+  const int n_held = sort_candidates(buf);
+  const int n_out = std::min(n_held, g.topk);
+  for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < n_out ? topk_key_index(s_keys[i]) : -1;
+}
+
+bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+int64_t workspace_slots(const IndexerWorkspace& ws) { return int64_t(ws.max_tokens()) * ws.n_splits(); }
+
+}  // namespace
+
+Result<IndexerWorkspace> IndexerWorkspace::create(int max_tokens, int64_t max_positions, int ratio, int topk) {
+  if (max_tokens < 1 || max_positions < 1 || ratio < 1 || topk < 1 || topk > kMaxTopk)
+    return invalid_argument("IndexerWorkspace: bad sizes (max_tokens {}, max_positions {}, ratio {}, topk {} <= {})",
+                            max_tokens, max_positions, ratio, topk, kMaxTopk);
+  IndexerWorkspace ws;
+  ws.max_tokens_ = max_tokens;
+  ws.n_splits_ = workspace_splits(max_tokens, max_positions / ratio);
+  ws.topk_ = topk;
+  const size_t slots = size_t(max_tokens) * size_t(ws.n_splits_);
+  DSV4_ASSIGN_OR_RETURN(ws.buf_, DeviceBuffer::create(slots * size_t(topk) * 8 + slots * 4));
+  return Result<IndexerWorkspace>(std::move(ws));
+}
+
+Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float* w, int n_heads,
+                    const LayerKvView& kv, int topk, IndexerWorkspace& ws, int32_t* selected, cudaStream_t stream) {
+  if (b.n_tokens < 0 || b.n_tokens > ws.max_tokens())
+    return invalid_argument("indexer_topk: n_tokens {} outside 0..{} (workspace size)", b.n_tokens, ws.max_tokens());
+  if (n_heads < 16 || n_heads > kMaxHeads || n_heads % 16 != 0)
+    return invalid_argument("indexer_topk: n_heads {} must be a multiple of 16 up to {}", n_heads, kMaxHeads);
+  if (kv.index_dim != kHeadDim || kv.index_key_bytes != kKeyBytes)
+    return invalid_argument("indexer_topk: index keys of {} dims / {} bytes (the kernel is built for {} / {})",
+                            kv.index_dim, kv.index_key_bytes, kHeadDim, kKeyBytes);
+  if (kv.ratio < 1 || kKvBlockTokens % kv.ratio != 0)
+    return invalid_argument("indexer_topk: ratio {} must divide {}", kv.ratio, kKvBlockTokens);
+  if (topk < 1 || topk > ws.topk()) return invalid_argument("indexer_topk: topk {} outside 1..{}", topk, ws.topk());
+  if (b.n_tokens == 0) return Status::ok();
+  if (b.token_seq == nullptr || b.token_pos == nullptr || b.block_table == nullptr || b.max_blocks < 1)
+    return invalid_argument("indexer_topk: step batch without token_seq, token_pos or block_table");
+  if (qi == nullptr || w == nullptr || kv.index_keys == nullptr || selected == nullptr || ws.data() == nullptr)
+    return invalid_argument("indexer_topk: null qi, w, index_keys, selected or workspace");
+  if (!aligned(qi, 16) || !aligned(kv.index_keys, 4))
+    return invalid_argument("indexer_topk: qi must be 16-byte and index_keys 4-byte aligned");
+
+  const int n_splits = launch_splits(b.n_tokens, workspace_slots(ws));
+  const size_t slots = size_t(ws.max_tokens()) * size_t(ws.n_splits());
+  TopkArgs g;
+  g.b = b;
+  g.qi = qi;
+  g.w = w;
+  g.keys = kv.index_keys;
+  g.ratio = kv.ratio;
+  g.n_heads = n_heads;
+  g.topk = topk;
+  g.n_splits = n_splits;
+  g.ws_topk = ws.topk();
+  g.cand = static_cast<uint64_t*>(ws.data());
+  g.counts = reinterpret_cast<int32_t*>(static_cast<char*>(ws.data()) + slots * size_t(ws.topk()) * 8);
+  g.selected = selected;
+  indexer_split_kernel<<<dim3(unsigned(b.n_tokens), unsigned(n_splits)), kSplitThreads, 0, stream>>>(g);
+  DSV4_RETURN_IF_ERROR(last_launch_status("indexer_split_kernel"));
+  indexer_merge_kernel<<<b.n_tokens, kMergeThreads, 0, stream>>>(g);
+  return last_launch_status("indexer_merge_kernel");
+}
+
+}  // namespace dsv4::cuda

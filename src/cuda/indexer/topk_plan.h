@@ -1,0 +1,141 @@
+// topk_plan.h: the host-and-device pieces of the indexer's split top-k that are pure integer
+// logic, kept here so a CPU test can check them without a GPU: how many splits a launch uses and
+// how many keys each split scores, the 64-bit candidate keys (score and index in one ordered
+// word), and the decode of eight packed e2m1 codes to bf16 (byte-permute tables).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define DSV4_TOPK_HD __host__ __device__ __forceinline__
+#else
+#define DSV4_TOPK_HD inline
+#endif
+
+namespace dsv4::cuda::indexer_detail {
+
+inline constexpr int kMaxTopk = 512;         // candidate buffers hold 2 x this
+inline constexpr int kMaxSplits = 64;        // splits of one row (and lists the merge reads)
+inline constexpr int kTileKeys = 64;         // keys scored per step of a split: one CSA page
+inline constexpr int kMinSplitKeys = 1024;   // a row is not split finer than this
+inline constexpr int kWideRows = 64;         // rows that may each use kMaxSplits splits
+inline constexpr int kHeadDim = 128;         // indexer head dim the kernels are built for
+inline constexpr int kKeyBytes = kHeadDim / 2 + kHeadDim / 32;  // 68: [64 B e2m1 pairs][4 ue8m0]
+
+DSV4_TOPK_HD int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Splits per row of the workspace at max_tokens rows: enough that kWideRows decode rows each get
+// kMaxSplits, no more than the longest context needs.
+inline int workspace_splits(int max_tokens, int64_t max_entries) {
+  const int64_t by_rows = ceil_div(int64_t(kWideRows) * kMaxSplits, max_tokens);
+  const int64_t by_keys = ceil_div(max_entries, kMinSplitKeys);
+  int64_t s = by_rows < by_keys ? by_rows : by_keys;
+  return int(s < 1 ? 1 : s > kMaxSplits ? kMaxSplits : s);
+}
+
+// Splits per row of a launch with n_tokens rows over `slots` = max_tokens x workspace_splits
+// (row, split) slots: a host value fixed by the batch size, so a captured graph stays valid.
+DSV4_TOPK_HD int launch_splits(int n_tokens, int64_t slots) {
+  const int64_t s = slots / (n_tokens > 0 ? n_tokens : 1);
+  return int(s < 1 ? 1 : s > kMaxSplits ? kMaxSplits : s);
+}
+
+// Keys per split of a row with n_vis candidates: a multiple of kTileKeys (so every tile of a
+// split lies in one page when the ratio is 4), at least kMinSplitKeys.
+DSV4_TOPK_HD int64_t split_keys(int64_t n_vis, int n_splits) {
+  const int64_t c = ceil_div(ceil_div(n_vis, n_splits), kTileKeys) * kTileKeys;
+  return c < kMinSplitKeys ? kMinSplitKeys : c;
+}
+
+// Ranks per round of the merge: every list's next `round` ranks enter together, at most 1024
+// candidates per round (half the merge buffer).
+DSV4_TOPK_HD int merge_round(int n_splits) {
+  const int r = 1024 / n_splits;
+  return r < 16 ? 16 : r;
+}
+
+DSV4_TOPK_HD uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+// Candidate key: order-preserving bits of the score in the high word, ~index in the low word, so
+// a larger key is a higher score or, on equal scores, a lower index (cpu::topk_indices). Scores
+// +0 and -0 compare equal in the reference, so -0 is folded to +0. Key 0 is "no candidate".
+DSV4_TOPK_HD uint64_t topk_key(float score, int32_t index) {
+  uint32_t u = score == 0.0f ? 0u : float_bits(score);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (uint64_t(u) << 32) | uint64_t(~uint32_t(index));
+}
+DSV4_TOPK_HD int32_t topk_key_index(uint64_t key) { return int32_t(~uint32_t(key)); }
+
+DSV4_TOPK_HD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t v = (uint64_t(y) << 32) | x;
+  uint32_t r = 0;
+  for (int n = 0; n < 4; ++n) r |= uint32_t((v >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
+  return r;
+#endif
+}
+
+// Multiplies both bf16 halves of `pair` (non-negative magnitudes) by the bf16 power of two
+// `scale2` (replicated). Exact: the products are e2m1 magnitudes times 2^e.
+DSV4_TOPK_HD uint32_t bf16x2_scale(uint32_t pair, uint32_t scale2) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  // fma with -0 addend (so +0 stays +0): mul.bf16x2 needs SM90, fma.rn.bf16x2 is SM80.
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(pair), "r"(scale2), "r"(0x80008000u));
+  return d;
+#else
+  uint32_t out = 0;
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t a = ((pair >> (16 * h)) & 0xffffu) << 16, b = ((scale2 >> (16 * h)) & 0xffffu) << 16;
+    float fa, fb;
+    std::memcpy(&fa, &a, 4);
+    std::memcpy(&fb, &b, 4);
+    const float p = fa * fb;
+    uint32_t u;
+    std::memcpy(&u, &p, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even (the products are exact)
+    out |= (u >> 16) << (16 * h);
+  }
+  return out;
+#endif
+}
+
+// bf16 bits of the ue8m0 scale byte sb (2^(sb - 127); byte 0 is 2^-127, a bf16 subnormal),
+// replicated in both halves.
+DSV4_TOPK_HD uint32_t ue8m0_bf16x2(uint32_t sb) {
+  const uint32_t h = sb == 0 ? 0x0040u : (sb << 7);
+  return h | (h << 16);
+}
+
+// Eight e2m1 codes (nibble n of `word` = element n, sign in bit 3) times 2^(sb - 127) as four
+// bf16x2 words (elements 2i, 2i + 1 in word i, low half first). The magnitude tables hold the
+// low and high bytes of the bf16 bits of 0, .5, 1, 1.5, 2, 3, 4, 6; a byte permute looks up
+// four codes at once.
+DSV4_TOPK_HD void decode_e2m1x8(uint32_t word, uint32_t sb, uint32_t out[4]) {
+  constexpr uint32_t kLo03 = 0xC0800000u, kLo47 = 0xC0804000u;  // low bytes:  00 00 80 C0 | 00 40 80 C0
+  constexpr uint32_t kHi03 = 0x3F3F3F00u, kHi47 = 0x40404040u;  // high bytes: 00 3F 3F 3F | 40 40 40 40
+  const uint32_t scale2 = ue8m0_bf16x2(sb);
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t g = (word >> (16 * half)) & 0xffffu;  // four codes
+    const uint32_t sel = g & 0x7777u;                   // magnitudes only (selector bit 3 = sign mode)
+    const uint32_t lo = byte_perm(kLo03, kLo47, sel), hi = byte_perm(kHi03, kHi47, sel);
+    const uint32_t m01 = byte_perm(lo, hi, 0x5140u), m23 = byte_perm(lo, hi, 0x7362u);
+    const uint32_t s01 = ((g << 12) & 0x8000u) | ((g << 24) & 0x80000000u);
+    const uint32_t s23 = ((g << 4) & 0x8000u) | ((g << 16) & 0x80000000u);
+    out[2 * half] = bf16x2_scale(m01, scale2) | s01;
+    out[2 * half + 1] = bf16x2_scale(m23, scale2) | s23;
+  }
+}
+
+}  // namespace dsv4::cuda::indexer_detail

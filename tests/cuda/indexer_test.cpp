@@ -1,0 +1,437 @@
+// indexer_test.cpp: the Lightning Indexer on the GPU (indexer/indexer.h) against the CPU
+// reference, at the Flash shapes (64 heads x 128 dims, ratio 4, top-k 512, keys of 68 B).
+//
+//  - indexer_topk must be bit-exact with cpu::indexer_scores + cpu::topk_indices: the same
+//    indices in the same order (highest score first, ties to the lowest index), -1 past n_vis,
+//    all -1 on padding rows. Keys are random e2m1 codes with power-of-two block scales, packed
+//    with kv::pack_indexer_key into a paged pool; q is on the fp4 grid; weights are bf16 values of
+//    both signs. n_vis in {0, 1, 5, 511, 512, 513, 4096, 65536} and more, over three sequences;
+//    one sequence's keys come from 40 distinct vectors (ties everywhere, also at the top-k
+//    boundary), another has runs of duplicates. Three workspace shapes give 64, 14 and 1 splits
+//    per row (so the merge sees many lists, a few, and one).
+//  - indexer_weights: bit-exact.
+//  - indexer_prepare_q: the reference's RoPE (fp32 cos/sin from glibc), bf16, Hadamard and fp4sim.
+//    The Hadamard and fp4 steps are reproduced operation by operation; cos/sin are evaluated in
+//    double on the GPU, which can differ from glibc's cosf/sinf in the last ulp, so a rare value
+//    may land one fp4 step away. The test prints how many values differ and allows 0.1%.
+//  - CudaIndexerPlan.*: the host/device integer logic of topk_plan.h on the CPU (these run without
+//    a GPU): the e2m1 byte-permute decode against kv::unpack_indexer_key, key order against the
+//    reference comparator, split coverage.
+#include <cuda_runtime_api.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "cpu/compressor.h"
+#include "cpu/quant.h"
+#include "cpu/rope.h"
+#include "cuda/indexer/indexer.h"
+#include "cuda/indexer/topk_plan.h"
+#include "harness.h"
+#include "kvcache/kv_record.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+using namespace indexer_detail;
+
+constexpr int kHeads = 64, kDim = 128, kRope = 64, kRatio = 4, kTopk = 512;
+constexpr int kPerBlock = kKvBlockTokens / kRatio;
+
+RopeConfig compress_rope() { return RopeConfig{160000.0, true, 16.0, 65536, 32.0, 1.0}; }
+
+// A random vector on the fp4 grid: blocks of 32 with scale 2^e, e in [e_lo, e_hi].
+void random_fp4_vector(std::mt19937_64& rng, int e_lo, int e_hi, float* v) {
+  for (int b = 0; b < kDim / 32; ++b) {
+    const int e = e_lo + int(rng() % uint64_t(e_hi - e_lo + 1));
+    for (int i = 0; i < 32; ++i) v[b * 32 + i] = std::ldexp(e2m1_to_f32(uint8_t(rng() & 15)), e);
+  }
+}
+
+// ---- keys: three sequences in one paged pool ----
+
+struct KeyPool {
+  std::vector<std::vector<float>> keys;        // per sequence [n][128], the exact values
+  std::vector<std::vector<int32_t>> blocks;    // per sequence block ids
+  int max_blocks = 0;
+  DeviceBuffer pool;
+};
+
+KeyPool make_keys(uint64_t seed) {
+  KeyPool kp;
+  std::mt19937_64 rng(seed);
+  const std::vector<int64_t> lengths = {65536, 5000, 600};
+  kp.keys.resize(lengths.size());
+  // seq 0: all distinct
+  kp.keys[0].resize(size_t(lengths[0]) * kDim);
+  for (int64_t s = 0; s < lengths[0]; ++s) random_fp4_vector(rng, -4, -2, &kp.keys[0][size_t(s) * kDim]);
+  // seq 1: 40 distinct vectors, repeated at random
+  std::vector<float> distinct(40 * kDim);
+  for (int i = 0; i < 40; ++i) random_fp4_vector(rng, -4, -2, &distinct[size_t(i) * kDim]);
+  kp.keys[1].resize(size_t(lengths[1]) * kDim);
+  for (int64_t s = 0; s < lengths[1]; ++s) {
+    const int i = int(rng() % 40);
+    std::copy_n(&distinct[size_t(i) * kDim], kDim, &kp.keys[1][size_t(s) * kDim]);
+  }
+  // seq 2: distinct, with runs of copies of entry 7
+  kp.keys[2].resize(size_t(lengths[2]) * kDim);
+  for (int64_t s = 0; s < lengths[2]; ++s) random_fp4_vector(rng, -4, -2, &kp.keys[2][size_t(s) * kDim]);
+  for (int64_t s : {100, 101, 102, 103, 119, 120, 500, 501, 502, 599})
+    std::copy_n(&kp.keys[2][7 * kDim], kDim, &kp.keys[2][size_t(s) * kDim]);
+
+  int n_blocks = 0;
+  for (int64_t n : lengths) {
+    kp.max_blocks = std::max(kp.max_blocks, int((n + kPerBlock - 1) / kPerBlock));
+    n_blocks += int((n + kPerBlock - 1) / kPerBlock);
+  }
+  n_blocks += 5;  // unused blocks
+  std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<uint8_t> bytes(size_t(n_blocks) * kPerBlock * kKeyBytes, 0xFF);
+  size_t next = 0;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const int nb = int((lengths[s] + kPerBlock - 1) / kPerBlock);
+    kp.blocks.emplace_back(ids.begin() + next, ids.begin() + next + nb);
+    kp.blocks.back().resize(size_t(kp.max_blocks), -1);
+    next += size_t(nb);
+    for (int64_t e = 0; e < lengths[s]; ++e) {
+      uint8_t* rec = &bytes[(size_t(kp.blocks[s][size_t(e / kPerBlock)]) * kPerBlock + size_t(e % kPerBlock)) * kKeyBytes];
+      const Status st = kv::pack_indexer_key(&kp.keys[s][size_t(e) * kDim], kDim, rec);
+      DSV4_CHECK(st.is_ok(), "{}", st.to_string());
+    }
+  }
+  kp.pool = upload_vector(bytes);
+  return kp;
+}
+
+// Built once and never freed (a static DeviceBuffer would be freed after the CUDA runtime).
+KeyPool& keys() {
+  static KeyPool* kp = new KeyPool(make_keys(2024));
+  return *kp;
+}
+
+struct Row {
+  int seq;      // -1: padding row
+  int64_t pos;  // n_vis = (pos + 1) / 4
+};
+
+// Expected selection of one row: cpu::indexer_scores over the visible keys, cpu::topk_indices.
+std::vector<int32_t> reference_row(const KeyPool& kp, const Row& r, const float* q, const float* w) {
+  std::vector<int32_t> out(kTopk, -1);
+  if (r.seq < 0) return out;
+  const int64_t n_vis = (r.pos + 1) / kRatio;
+  std::vector<float> scores(static_cast<size_t>(n_vis));
+  const cpu::Rounder rnd(cpu::Numerics::bf16_gpu());
+  const float* keys = kp.keys[size_t(r.seq)].data();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t k0 = 0; k0 < n_vis; k0 += 1024) {
+    const int64_t n = std::min<int64_t>(1024, n_vis - k0);
+    cpu::indexer_scores(q, w, kHeads, kDim, keys + k0 * kDim, n, rnd, scores.data() + k0);
+  }
+  const std::vector<int32_t> sel = cpu::topk_indices(scores.data(), n_vis, kTopk);
+  std::copy(sel.begin(), sel.end(), out.begin());
+  return out;
+}
+
+// Runs indexer_topk on `rows` with a workspace of (max_tokens, max_positions) and compares.
+void run_topk(const std::vector<Row>& rows, int ws_max_tokens, int64_t ws_max_positions, int expect_splits,
+              uint64_t seed) {
+  KeyPool& kp = keys();
+  const int T = int(rows.size());
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> q(size_t(T) * kHeads * kDim), w(size_t(T) * kHeads);
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < kHeads; ++h) random_fp4_vector(rng, -2, 0, &q[(size_t(t) * kHeads + h) * kDim]);
+  for (float& v : w) v = round_bf16(0.011048543f * nd(rng));
+
+  // One sequence entry per key sequence (the indexer reads only token_seq, token_pos and the
+  // block table); rows reference them in any order.
+  std::vector<int32_t> token_seq, token_pos, block_table;
+  for (const Row& r : rows) {
+    token_seq.push_back(r.seq);
+    token_pos.push_back(int32_t(r.seq < 0 ? 0 : r.pos));
+  }
+  for (const auto& bl : kp.blocks) block_table.insert(block_table.end(), bl.begin(), bl.end());
+  const std::vector<int32_t> zeros(size_t(T), 0), slots = {0, 1, 2}, n_seq_zero(3, 0);
+  DeviceBuffer d_ts = upload_vector(token_seq), d_tp = upload_vector(token_pos), d_bt = upload_vector(block_table);
+  DeviceBuffer d_ids = upload_vector(zeros), d_slot = upload_vector(slots), d_zero3 = upload_vector(n_seq_zero);
+  DeviceBuffer d_q = upload_vector(to_bf16(q)), d_w = upload_vector(w);
+  DeviceBuffer d_sel = device_alloc(size_t(T) * kTopk * 4);
+  poison(d_sel);
+  StepBatchView b;
+  b.n_tokens = T;
+  b.n_seqs = 3;
+  b.token_ids = d_ids.as<int32_t>();
+  b.token_seq = d_ts.as<int32_t>();
+  b.token_pos = d_tp.as<int32_t>();
+  b.seq_slot = d_slot.as<int32_t>();
+  b.seq_pos0 = d_zero3.as<int32_t>();
+  b.seq_tok0 = d_zero3.as<int32_t>();
+  b.seq_ntok = d_zero3.as<int32_t>();
+  b.block_table = d_bt.as<int32_t>();
+  b.max_blocks = kp.max_blocks;
+  LayerKvView kv;
+  kv.index_keys = kp.pool.as<uint8_t>();
+  kv.ratio = kRatio;
+  auto ws = IndexerWorkspace::create(ws_max_tokens, ws_max_positions, kRatio, kTopk);
+  ASSERT_TRUE(ws.is_ok()) << ws.status().to_string();
+  const int splits = launch_splits(T, int64_t(ws->max_tokens()) * ws->n_splits());
+  EXPECT_EQ(splits, expect_splits) << "the case does not exercise the split count it was written for";
+  DSV4_ASSERT_OK(indexer_topk(b, d_q.as<__nv_bfloat16>(), d_w.as<float>(), kHeads, kv, kTopk, *ws, d_sel.as<int32_t>(), nullptr));
+  DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<int32_t> sel = download<int32_t>(d_sel.get(), size_t(T) * kTopk);
+
+  int bad_rows = 0;
+  for (int t = 0; t < T; ++t) {
+    const std::vector<float> qf(q.begin() + int64_t(t) * kHeads * kDim, q.begin() + int64_t(t + 1) * kHeads * kDim);
+    const std::vector<int32_t> want = reference_row(kp, rows[size_t(t)], qf.data(), &w[size_t(t) * kHeads]);
+    int first = -1;
+    for (int i = 0; i < kTopk && first < 0; ++i)
+      if (sel[size_t(t) * kTopk + i] != want[size_t(i)]) first = i;
+    if (first >= 0 && bad_rows++ < 5)
+      ADD_FAILURE() << "row " << t << " (seq " << rows[size_t(t)].seq << ", pos " << rows[size_t(t)].pos << "): rank "
+                    << first << " gpu " << sel[size_t(t) * kTopk + first] << " cpu " << want[size_t(first)];
+  }
+  std::printf("[topk] %d rows, %d splits per row: %d rows differ\n", T, splits, bad_rows);
+  EXPECT_EQ(bad_rows, 0);
+}
+
+// Position of a row with n_vis visible keys (any of the 4 positions that give it).
+int64_t pos_for(int64_t n_vis, int variant) { return 4 * n_vis - 1 + variant % 4; }
+
+TEST(CudaIndexer, TopkDecodeManySplits) {
+  DSV4_SKIP_WITHOUT_GPU();
+  std::vector<Row> rows;
+  int v = 0;
+  for (int64_t n : {1, 5, 511, 512, 513, 4096, 65536}) rows.push_back({0, pos_for(n, v++)});
+  rows.push_back({0, 2});  // nothing visible yet
+  rows.push_back({-1, 0}); // padding
+  for (int64_t n : {513, 5000, 1000, 512}) rows.push_back({1, pos_for(n, v++)});
+  for (int64_t n : {600, 130, 21}) rows.push_back({2, pos_for(n, v++)});
+  rows.push_back({0, 4 * 20000 + 1});
+  // 64 decode rows at most per kMaxSplits-wide workspace: 64 splits per row.
+  run_topk(rows, 64, 262144, kMaxSplits, 1);
+}
+
+TEST(CudaIndexer, TopkPrefillFewSplits) {
+  DSV4_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(5);
+  std::vector<Row> rows;
+  for (int i = 0; i < 150; ++i) rows.push_back({1, int64_t(rng() % (4 * 5000))});
+  for (int i = 0; i < 148; ++i) rows.push_back({2, int64_t(rng() % (4 * 600))});
+  rows.push_back({-1, 0});
+  rows.push_back({1, 4 * 5000 - 1});
+  // 300 rows over ceil(4096 / 300) = 14 splits per row.
+  run_topk(rows, 300, 262144, 14, 2);
+}
+
+TEST(CudaIndexer, TopkOneSplit) {
+  DSV4_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(6);
+  std::vector<Row> rows;
+  for (int i = 0; i < 20; ++i) rows.push_back({2, int64_t(rng() % (4 * 600))});
+  for (int i = 0; i < 19; ++i) rows.push_back({1, int64_t(rng() % 4000)});
+  rows.push_back({-1, 0});
+  // A short-context workspace (1000 entries): one split per row, the merge only copies.
+  run_topk(rows, 64, 4000, 1, 3);
+}
+
+TEST(CudaIndexer, TopkTiming) {
+  DSV4_SKIP_WITHOUT_GPU();
+  KeyPool& kp = keys();
+  for (int T : {1, 8}) {
+    std::mt19937_64 rng(7);
+    std::vector<float> q(size_t(T) * kHeads * kDim), w(size_t(T) * kHeads, 0.01f);
+    for (int t = 0; t < T * kHeads; ++t) random_fp4_vector(rng, -2, 0, &q[size_t(t) * kDim]);
+    const std::vector<int32_t> token_seq(size_t(T), 0), token_pos(size_t(T), 4 * 65536 - 1);
+    DeviceBuffer d_ts = upload_vector(token_seq), d_tp = upload_vector(token_pos), d_bt = upload_vector(kp.blocks[0]);
+    DeviceBuffer d_q = upload_vector(to_bf16(q)), d_w = upload_vector(w), d_sel = device_alloc(size_t(T) * kTopk * 4);
+    StepBatchView b;
+    b.n_tokens = T;
+    b.n_seqs = 1;
+    b.token_seq = d_ts.as<int32_t>();
+    b.token_pos = d_tp.as<int32_t>();
+    b.block_table = d_bt.as<int32_t>();
+    b.max_blocks = kp.max_blocks;
+    LayerKvView kv;
+    kv.index_keys = kp.pool.as<uint8_t>();
+    kv.ratio = kRatio;
+    auto ws = IndexerWorkspace::create(256, 262144, kRatio, kTopk);
+    ASSERT_TRUE(ws.is_ok());
+    auto launch = [&] {
+      return indexer_topk(b, d_q.as<__nv_bfloat16>(), d_w.as<float>(), kHeads, kv, kTopk, *ws, d_sel.as<int32_t>(), nullptr);
+    };
+    DSV4_ASSERT_OK(launch());
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    constexpr int kIters = 20;
+    cudaEventRecord(e0);
+    for (int i = 0; i < kIters; ++i) DSV4_ASSERT_OK(launch());
+    cudaEventRecord(e1);
+    DSV4_ASSERT_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    const double us = 1000.0 * ms / kIters;
+    std::printf("[topk timing] %d row(s) x 65536 keys: %.1f us per call\n", T, us);
+    if (T == 1) {
+      EXPECT_LT(us, 1000.0) << "decode at 262K context must score 65536 keys well under a millisecond";
+    }
+  }
+}
+
+TEST(CudaIndexer, WeightsBitExact) {
+  DSV4_SKIP_WITHOUT_GPU();
+  constexpr int T = 7, ld = kHeads + 5;
+  std::mt19937_64 rng(8);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> proj(size_t(T) * ld);
+  for (float& v : proj) v = nd(rng);
+  const float scale = float(1.0 / std::sqrt(double(kDim)) / std::sqrt(double(kHeads)));
+  DeviceBuffer d_proj = upload_vector(proj), d_w = device_alloc(size_t(T) * kHeads * 4);
+  poison(d_w);
+  DSV4_ASSERT_OK(indexer_weights(d_proj.as<float>(), ld, T, kHeads, scale, d_w.as<float>(), nullptr));
+  DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> w = download<float>(d_w.get(), size_t(T) * kHeads);
+  const cpu::Rounder rnd(cpu::Numerics::bf16_gpu());
+  int bad = 0;
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < kHeads; ++h) {
+      const float want = rnd(rnd(proj[size_t(t) * ld + h]) * scale);
+      if (std::memcmp(&want, &w[size_t(t) * kHeads + h], 4) != 0 && bad++ < 3)
+        ADD_FAILURE() << "w[" << t << "," << h << "] = " << w[size_t(t) * kHeads + h] << ", want " << want;
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(CudaIndexer, PrepareQ) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const std::vector<int32_t> positions = {0, 1, 5, 1000, 4097, 65535, 100003, 262143};
+  const int T = int(positions.size());
+  const std::vector<float> q0 = random_bf16_values(int64_t(T) * kHeads * kDim, 9, 2.0f);
+  const cpu::Rope rope(compress_rope(), kRope);
+  // Reference, as cpu::attention_forward does it for the indexer query.
+  std::vector<float> want = q0;
+  const cpu::Rounder rnd(cpu::Numerics::bf16_gpu());
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < kHeads; ++h) {
+      float* qh = &want[(size_t(t) * kHeads + h) * kDim];
+      rope.rotate(qh + kDim - kRope, long(positions[size_t(t)]));
+      rnd.apply(qh + kDim - kRope, kRope);
+      cpu::hadamard_bf16(qh, kDim);
+      cpu::fp4sim(qh, kDim, 32);
+    }
+  DeviceBuffer d_q = upload_vector(to_bf16(q0)), d_pos = upload_vector(positions), d_inv = upload_vector(rope.inv_freq());
+  DSV4_ASSERT_OK(indexer_prepare_q(d_q.as<__nv_bfloat16>(), T, kHeads, kDim, kRope, d_pos.as<int32_t>(), d_inv.as<float>(),
+                                   nullptr));
+  DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> got = from_bf16(download<uint16_t>(d_q.get(), want.size()));
+  int64_t differ = 0, far = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (got[i] == want[i]) continue;  // +0 and -0 are the same value here
+    ++differ;
+    // One fp4 step of the block: at most half the larger magnitude, or the block's smallest step.
+    const size_t b0 = i / 32 * 32;
+    float amax = 0.0f;
+    for (size_t j = b0; j < b0 + 32; ++j) amax = std::max(amax, std::fabs(want[j]));
+    const double tol = 0.5 * std::max(std::fabs(double(got[i])), std::fabs(double(want[i]))) + amax / 12.0;
+    if (!(std::fabs(double(got[i]) - want[i]) <= tol) && far++ < 3)
+      ADD_FAILURE() << "q[" << i << "] = " << got[i] << ", want " << want[i];
+  }
+  std::printf("[prepare_q] %zu values: %lld differ from the reference (cos/sin last-ulp cases)\n", want.size(),
+              (long long)differ);
+  EXPECT_EQ(far, 0);
+  EXPECT_LE(double(differ), 1e-3 * double(want.size()));
+}
+
+TEST(CudaIndexer, RejectsBadArguments) {
+  DSV4_SKIP_WITHOUT_GPU();
+  auto ws = IndexerWorkspace::create(4, 1024, kRatio, kTopk);
+  ASSERT_TRUE(ws.is_ok());
+  EXPECT_FALSE(IndexerWorkspace::create(4, 1024, kRatio, kMaxTopk + 1).is_ok());
+  StepBatchView b;
+  b.n_tokens = 5;  // more than the workspace holds
+  LayerKvView kv;
+  kv.ratio = kRatio;
+  int32_t sel = 0;
+  EXPECT_FALSE(indexer_topk(b, nullptr, nullptr, kHeads, kv, kTopk, *ws, &sel, nullptr).is_ok());
+  b.n_tokens = 1;
+  EXPECT_FALSE(indexer_topk(b, nullptr, nullptr, 40, kv, kTopk, *ws, &sel, nullptr).is_ok());  // heads % 16
+  kv.index_key_bytes = 72;
+  EXPECT_FALSE(indexer_topk(b, nullptr, nullptr, kHeads, kv, kTopk, *ws, &sel, nullptr).is_ok());
+  EXPECT_FALSE(indexer_prepare_q(nullptr, 1, kHeads, 64, kRope, nullptr, nullptr, nullptr).is_ok());
+}
+
+// ---- host logic of topk_plan.h (no GPU needed) ----
+
+TEST(CudaIndexerPlan, DecodeMatchesUnpack) {
+  std::mt19937_64 rng(10);
+  uint8_t rec[kKeyBytes];
+  float want[kDim];
+  for (int trial = 0; trial < 2000; ++trial) {
+    for (int i = 0; i < kDim / 2; ++i) rec[i] = uint8_t(rng());
+    for (int b = 0; b < 4; ++b) rec[kDim / 2 + b] = uint8_t(trial < 1000 ? 1 + rng() % 254 : 100 + rng() % 50);
+    if (trial == 0) rec[kDim / 2] = 0;  // 2^-127
+    kv::unpack_indexer_key(rec, kDim, want);
+    for (int wi = 0; wi < kDim / 8; ++wi) {
+      uint32_t word;
+      std::memcpy(&word, rec + 4 * wi, 4);
+      uint32_t out[4];
+      decode_e2m1x8(word, rec[kDim / 2 + wi / 4], out);
+      for (int i = 0; i < 8; ++i) {
+        const float got = bf16_to_f32(uint16_t(out[i / 2] >> (16 * (i % 2))));
+        const float w = want[8 * wi + i];
+        ASSERT_TRUE(got == w && std::signbit(got) == std::signbit(w))
+            << "word " << wi << " element " << i << ": " << got << " want " << w << " (scale byte "
+            << int(rec[kDim / 2 + wi / 4]) << ")";
+      }
+    }
+  }
+}
+
+TEST(CudaIndexerPlan, KeyOrderMatchesReference) {
+  std::mt19937_64 rng(11);
+  std::vector<float> scores(3000);
+  for (float& s : scores) s = round_bf16(float(int(rng() % 200) - 100) * 0.01f);  // many ties, both signs, zeros
+  scores[5] = -0.0f;
+  scores[6] = 0.0f;
+  scores[7] = -INFINITY;
+  const std::vector<int32_t> want = cpu::topk_indices(scores.data(), int64_t(scores.size()), 700);
+  std::vector<uint64_t> keys;
+  for (size_t i = 0; i < scores.size(); ++i) keys.push_back(topk_key(scores[i], int32_t(i)));
+  std::sort(keys.begin(), keys.end(), std::greater<uint64_t>());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(topk_key_index(keys[i]), want[i]) << "rank " << i;
+  EXPECT_GT(topk_key(-INFINITY, 0), 0u);  // 0 stays "no candidate"
+}
+
+TEST(CudaIndexerPlan, SplitsCoverEveryKey) {
+  EXPECT_EQ(workspace_splits(1, 65536), kMaxSplits);
+  EXPECT_EQ(workspace_splits(8192, 65536), 1);
+  EXPECT_EQ(workspace_splits(64, 1000), 1);
+  EXPECT_EQ(launch_splits(1, 4096), kMaxSplits);
+  EXPECT_EQ(launch_splits(300, 300 * 14), 14);
+  for (int n_splits : {1, 2, 7, 14, 63, 64}) {
+    for (int64_t n_vis : {0, 1, 63, 64, 65, 1023, 1024, 1025, 4096, 5000, 65535, 65536, 262144}) {
+      const int64_t chunk = split_keys(n_vis, n_splits);
+      EXPECT_EQ(chunk % kTileKeys, 0);
+      EXPECT_GE(chunk * n_splits, n_vis) << n_vis << " keys, " << n_splits << " splits";
+    }
+  }
+  EXPECT_EQ(split_keys(65536, 64), 1024);
+  for (int s = 1; s <= kMaxSplits; ++s) EXPECT_LE(s * merge_round(s), 1024 + 16 * s);
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test
