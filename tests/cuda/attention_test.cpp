@@ -222,8 +222,8 @@ Scenario build(Layer layer, int H, const std::vector<SeqSpec>& seqs, int n_pad, 
     s.entries.assign((logical.size() + 1) * size_t(per_block) * kEntry, 0xFF);
     for (int i = 0; i < n_real; ++i)
       for (int e : needed[size_t(i)])
-        random_record(rng, &s.entries[size_t(paged_record_offset(&s.block_table[size_t(i) * s.max_blocks], e, ratio,
-                                                                 kEntry))]);
+        random_record(
+            rng, &s.entries[size_t(paged_record_offset(&s.block_table[size_t(i) * s.max_blocks], e, ratio, kEntry))]);
   }
 
   std::vector<float> qf(size_t(s.n_tokens) * H * kD);
@@ -249,7 +249,8 @@ Scenario single_row(const Scenario& s, int t) {
   DSV4_CHECK(s.seq_ntok[size_t(seq)] == 1, "single_row: row {} is part of a chunk", t);
   r.chunk.assign(s.chunk.begin() + int64_t(t) * kEntry, s.chunk.begin() + int64_t(t + 1) * kEntry);
   r.q.assign(s.q.begin() + int64_t(t) * s.H * kD, s.q.begin() + int64_t(t + 1) * s.H * kD);
-  if (!s.selected.empty()) r.selected.assign(s.selected.begin() + int64_t(t) * kTopk, s.selected.begin() + int64_t(t + 1) * kTopk);
+  if (!s.selected.empty())
+    r.selected.assign(s.selected.begin() + int64_t(t) * kTopk, s.selected.begin() + int64_t(t + 1) * kTopk);
   return r;
 }
 
@@ -461,7 +462,8 @@ TEST(AttentionFp8, DecodeMatchesKvRecord) {
       if ((c & 0x7f) == 0x7f) continue;  // NaN: never stored
       const float want = e4m3_to_f32(uint8_t(c)) * e8m0_to_f32(uint8_t(sb));
       const float got = ad::decode_nope(c, scale);
-      EXPECT_EQ(std::memcmp(&want, &got, 4), 0) << "code " << c << " scale byte " << sb << ": " << got << " vs " << want;
+      EXPECT_EQ(std::memcmp(&want, &got, 4), 0)
+          << "code " << c << " scale byte " << sb << ": " << got << " vs " << want;
     }
   }
 }
@@ -532,8 +534,8 @@ TEST_P(AttentionGpu, MixedBatchMatchesReference) {
 }
 
 // One long decode row alone (batch 1: the most splits) and inside a batch of 32 decode rows at
-// scattered positions plus 2 padding rows (fewer splits; the combine kernel zeroes padding), with forced split counts 1, 3 and 4 and both key tiles:
-// every result matches the reference, so none depends on how the keys were split.
+// scattered positions plus 2 padding rows (fewer splits; the combine kernel zeroes padding), with forced split counts
+// 1, 3 and 4 and both key tiles: every result matches the reference, so none depends on how the keys were split.
 TEST_P(AttentionGpu, ResultsDoNotDependOnSplits) {
   DSV4_SKIP_WITHOUT_GPU();
   const auto [layer, H] = GetParam();
@@ -546,8 +548,9 @@ TEST_P(AttentionGpu, ResultsDoNotDependOnSplits) {
   std::printf("%s H=%d, batch of 32\n", name_of(layer), H);
   const GpuRun batch = run_gpu(s);
   expect_matches(batch, ref, tol, H * kD, "batch of 32");
-  for (const ad::AttentionDiagnosticLaunch d : {ad::AttentionDiagnosticLaunch{0, 1}, ad::AttentionDiagnosticLaunch{16, 3},
-                                                ad::AttentionDiagnosticLaunch{32, 4}}) {
+  for (const ad::AttentionDiagnosticLaunch d :
+       {ad::AttentionDiagnosticLaunch{0, 1}, ad::AttentionDiagnosticLaunch{16, 3},
+        ad::AttentionDiagnosticLaunch{32, 4}}) {
     char what[64];
     std::snprintf(what, sizeof(what), "batch of 32, key tile %d (0: auto)", d.key_tile);
     expect_matches(run_gpu(s, d), ref, tol, H * kD, what);

@@ -46,8 +46,9 @@ Status sparse_attention_diagnostic(const StepBatchView& b, const __nv_bfloat16* 
     return invalid_argument("sparse_attention: {} heads x {} dims ({} rope); supported: 1..{} heads x {} ({} rope)", H,
                             p.head_dim, p.rope_dim, kMaxHeads, kHeadDim, kRopeDim);
   if (kv.nope != kNopeDim || kv.rope != kRopeDim || kv.entry_bytes != kEntryBytes)
-    return invalid_argument("sparse_attention: KV records of {} nope + {} rope dims in {} bytes; supported: {} + {} in {}",
-                            kv.nope, kv.rope, kv.entry_bytes, kNopeDim, kRopeDim, kEntryBytes);
+    return invalid_argument(
+        "sparse_attention: KV records of {} nope + {} rope dims in {} bytes; supported: {} + {} in {}", kv.nope,
+        kv.rope, kv.entry_bytes, kNopeDim, kRopeDim, kEntryBytes);
   if (!(p.softmax_scale > 0.0f) || !std::isfinite(p.softmax_scale) || p.sink == nullptr || p.inv_freq == nullptr)
     return invalid_argument("sparse_attention: softmax scale {} must be positive and sink, inv_freq set",
                             p.softmax_scale);
@@ -58,12 +59,12 @@ Status sparse_attention_diagnostic(const StepBatchView& b, const __nv_bfloat16* 
     return invalid_argument("sparse_attention: window ring and chunk records must be set and 8-byte aligned (W = {})",
                             kv.window_size);
   if (kv.ratio < 0 || (kv.ratio > 0 && (kKvBlockTokens % kv.ratio != 0 || kv.entries == nullptr ||
-                                         !aligned(kv.entries, 8) || b.block_table == nullptr || b.max_blocks < 1)))
-    return invalid_argument("sparse_attention: ratio {} needs 256 % ratio == 0, 8-byte aligned entries and a block table",
-                            kv.ratio);
+                                        !aligned(kv.entries, 8) || b.block_table == nullptr || b.max_blocks < 1)))
+    return invalid_argument(
+        "sparse_attention: ratio {} needs 256 % ratio == 0, 8-byte aligned entries and a block table", kv.ratio);
   if (selected != nullptr && (kv.ratio == 0 || p.topk < 1 || p.topk > kMaxTopk || !aligned(selected, 4)))
-    return invalid_argument("sparse_attention: selected entries need a compressed layer and 1 <= topk {} <= {}",
-                            p.topk, kMaxTopk);
+    return invalid_argument("sparse_attention: selected entries need a compressed layer and 1 <= topk {} <= {}", p.topk,
+                            kMaxTopk);
   if (selected == nullptr && kv.index_keys != nullptr)
     return invalid_argument("sparse_attention: a CSA layer (index keys set) needs the indexer's selected entries");
   if (b.token_seq == nullptr || b.token_pos == nullptr || b.seq_slot == nullptr || b.seq_pos0 == nullptr ||
@@ -86,7 +87,8 @@ Status sparse_attention_diagnostic(const StepBatchView& b, const __nv_bfloat16* 
     splits = int(std::min<int64_t>(splits, fit));
     if (splits < 2) splits = 1;
   } else if (splits < 0 || splits > 65535 || (splits > 1 && splits > fit)) {
-    return invalid_argument("sparse_attention: diagnostic split count {} (the workspace holds {} per row)", splits, fit);
+    return invalid_argument("sparse_attention: diagnostic split count {} (the workspace holds {} per row)", splits,
+                            fit);
   }
   if (chosen_splits != nullptr) *chosen_splits = splits;
 

@@ -16,11 +16,11 @@ namespace dsv4::cuda::attention_detail {
 
 // The one supported geometry (Flash): d = 448 fp8 nope + 64 bf16 rope, 584-byte records.
 inline constexpr int kHeadDim = 512, kRopeDim = 64, kNopeDim = 448;
-inline constexpr int kEntryBytes = 584;             // 448 e4m3 + 64 bf16 + 7 ue8m0 + 1 pad
+inline constexpr int kEntryBytes = 584;                       // 448 e4m3 + 64 bf16 + 7 ue8m0 + 1 pad
 inline constexpr int kScaleOffset = kNopeDim + 2 * kRopeDim;  // 576: the ue8m0 bytes of a record
-inline constexpr int kMaxHeads = 64;                // 4 head groups of 16 (one m16 MMA tile each)
-inline constexpr int kThreads = 256;                // 8 warps: (head group, dim half)
-inline constexpr int kMaxTopk = 2048;               // selected list held in shared memory
+inline constexpr int kMaxHeads = 64;                          // 4 head groups of 16 (one m16 MMA tile each)
+inline constexpr int kThreads = 256;                          // 8 warps: (head group, dim half)
+inline constexpr int kMaxTopk = 2048;                         // selected list held in shared memory
 inline constexpr int kMaxSplits = 32;
 // A split below ~64 keys spends more on loading Q (H KB) and writing its fp32 partial (2 H KB)
 // than on its keys.
@@ -40,7 +40,9 @@ int choose_splits(int n_tokens, int expected_keys, int n_sms);
 
 // f32 per split partial: O [H][512] (unnormalized), m [H] at H 512, l [H] at H 513, padded
 // to a multiple of 4 floats so every partial's O rows stay 16-byte aligned.
-DSV4_ATTN_PLAN_HD inline int64_t partial_floats(int n_heads) { return int64_t(n_heads) * kHeadDim + (2 * int64_t(n_heads) + 3) / 4 * 4; }
+DSV4_ATTN_PLAN_HD inline int64_t partial_floats(int n_heads) {
+  return int64_t(n_heads) * kHeadDim + (2 * int64_t(n_heads) + 3) / 4 * 4;
+}
 
 // Partials the workspace must hold for any batch up to max_tokens (splits only for batches that
 // split; at most kMaxSplits each).
