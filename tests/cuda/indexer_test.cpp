@@ -18,7 +18,6 @@
 //    a GPU): the e2m1 byte-permute decode against kv::unpack_indexer_key, key order against the
 //    reference comparator, split coverage.
 #include <cuda_runtime_api.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -124,18 +123,14 @@ struct Row {
 };
 
 // Expected selection of one row: cpu::indexer_scores over the visible keys, cpu::topk_indices.
+// (Serial: the caller runs rows in parallel.)
 std::vector<int32_t> reference_row(const KeyPool& kp, const Row& r, const float* q, const float* w) {
   std::vector<int32_t> out(kTopk, -1);
   if (r.seq < 0) return out;
   const int64_t n_vis = (r.pos + 1) / kRatio;
   std::vector<float> scores(static_cast<size_t>(n_vis));
   const cpu::Rounder rnd(cpu::Numerics::bf16_gpu());
-  const float* keys = kp.keys[size_t(r.seq)].data();
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t k0 = 0; k0 < n_vis; k0 += 1024) {
-    const int64_t n = std::min<int64_t>(1024, n_vis - k0);
-    cpu::indexer_scores(q, w, kHeads, kDim, keys + k0 * kDim, n, rnd, scores.data() + k0);
-  }
+  cpu::indexer_scores(q, w, kHeads, kDim, kp.keys[size_t(r.seq)].data(), n_vis, rnd, scores.data());
   const std::vector<int32_t> sel = cpu::topk_indices(scores.data(), n_vis, kTopk);
   std::copy(sel.begin(), sel.end(), out.begin());
   return out;
@@ -190,10 +185,13 @@ void run_topk(const std::vector<Row>& rows, int ws_max_tokens, int64_t ws_max_po
   DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
   const std::vector<int32_t> sel = download<int32_t>(d_sel.get(), size_t(T) * kTopk);
 
+  std::vector<std::vector<int32_t>> wants(static_cast<size_t>(T));
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int t = 0; t < T; ++t)
+    wants[size_t(t)] = reference_row(kp, rows[size_t(t)], &q[size_t(t) * kHeads * kDim], &w[size_t(t) * kHeads]);
   int bad_rows = 0;
   for (int t = 0; t < T; ++t) {
-    const std::vector<float> qf(q.begin() + int64_t(t) * kHeads * kDim, q.begin() + int64_t(t + 1) * kHeads * kDim);
-    const std::vector<int32_t> want = reference_row(kp, rows[size_t(t)], qf.data(), &w[size_t(t) * kHeads]);
+    const std::vector<int32_t>& want = wants[size_t(t)];
     int first = -1;
     for (int i = 0; i < kTopk && first < 0; ++i)
       if (sel[size_t(t) * kTopk + i] != want[size_t(i)]) first = i;
