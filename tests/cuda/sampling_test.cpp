@@ -229,15 +229,21 @@ TEST(SamplingHost, CounterUniformMatchesRuntime) {
 }
 
 TEST(SamplingHost, RowSplitCoversTheRow) {
-  for (int V : {1, 4, 50, 2048, 2049, 100000, kFlashVocab}) {
-    const auto big = sampling_detail::row_split(1, V);
-    for (int B : {1, 2, 7, 16, 64, 100, 256, 1000, 65535}) {
-      const auto s = sampling_detail::row_split(B, V);
-      EXPECT_EQ(s.n_chunks, (V + sampling_detail::kChunk - 1) / sampling_detail::kChunk);
-      EXPECT_GE(s.n_slices, 1);
-      EXPECT_LE(s.n_slices, big.n_slices) << "B=" << B << " V=" << V << ": more slices than the workspace holds";
-      EXPECT_GE(s.n_slices * s.chunks_per_slice, s.n_chunks) << "B=" << B << " V=" << V;
-      EXPECT_LT((s.n_slices - 1) * s.chunks_per_slice, s.n_chunks) << "B=" << B << " V=" << V << ": empty slice";
+  const int vocabs[] = {1, 4, 50, 2048, 2049, 65536, 67584, 100000, kFlashVocab};
+  for (int vocab : vocabs) {
+    const auto layout = sampling_detail::workspace_layout(256, vocab);
+    for (int V : vocabs) {
+      if (V > vocab) continue;
+      for (int B : {1, 2, 7, 16, 64, 100, 256, 1000, 65535}) {
+        const auto s = sampling_detail::row_split(B, V);
+        const std::string where = fmt::format("B={} V={} vocab={}", B, V, vocab);
+        EXPECT_EQ(s.n_chunks, (V + sampling_detail::kChunk - 1) / sampling_detail::kChunk) << where;
+        EXPECT_GE(s.n_slices, 1) << where;
+        EXPECT_LE(s.n_slices, layout.max_slices) << where << ": more slices than the workspace holds";
+        EXPECT_LE(s.n_chunks, layout.max_chunks) << where;
+        EXPECT_GE(s.n_slices * s.chunks_per_slice, s.n_chunks) << where;
+        EXPECT_LT((s.n_slices - 1) * s.chunks_per_slice, s.n_chunks) << where << ": empty slice";
+      }
     }
   }
   EXPECT_EQ(sampling_detail::row_split(1, kFlashVocab).n_slices, sampling_detail::kMaxSlices);

@@ -65,7 +65,7 @@ Status sample_tokens(const float* logits, int64_t ld, int B, int V, const Sample
   a.hist_sum = reinterpret_cast<unsigned long long*>(base + l.hist_sum_off);
   a.max_slices = l.max_slices;
   a.max_chunks = l.max_chunks;
-  // row_split is monotone: fewer slices and chunks for more rows or a smaller vocab.
+  // Never taken: row_split stays within the layout for any B and V <= vocab (host-tested).
   if (a.split.n_slices > a.max_slices || a.split.n_chunks > a.max_chunks)
     return internal_error("sample_tokens: split of B={} V={} exceeds the workspace layout", B, V);
 

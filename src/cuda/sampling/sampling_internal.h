@@ -69,7 +69,7 @@ DSV4_SAMPLING_HD RowSplit row_split(int B, int V) {
 // (max_rows, vocab), so any B <= max_rows and V <= vocab fit.
 struct WorkspaceLayout {
   int64_t key_stride = 0;       // u32 keys per row: vocab rounded up to 8
-  int max_slices = 0;           // row_split(1, vocab).n_slices: the most any B uses
+  int max_slices = 0;           // the most slices any (B, V <= vocab) uses
   int max_chunks = 0;
   size_t keys_off = 0;          // u32 [rows][key_stride]: weight keys (select reads them)
   size_t tops_off = 0;          // u64 [rows][max_slices][20]: per-slice top raw logits
@@ -86,9 +86,9 @@ inline WorkspaceLayout workspace_layout(int max_rows, int vocab) {
   const auto align = [](size_t x) { return (x + 255) / 256 * 256; };
   const size_t rows = size_t(max_rows);
   l.key_stride = ceil_div(vocab, 8) * 8;
-  const RowSplit s = row_split(1, vocab);
-  l.max_slices = s.n_slices;
-  l.max_chunks = s.n_chunks;
+  // row_split never gives more slices than min(kMaxSlices, chunks), for any B and V <= vocab.
+  l.max_chunks = int(ceil_div(vocab, kChunk));
+  l.max_slices = l.max_chunks < kMaxSlices ? l.max_chunks : kMaxSlices;
   size_t off = 0;
   l.keys_off = off;
   off = align(off + rows * size_t(l.key_stride) * 4);

@@ -436,7 +436,8 @@ __device__ int32_t sample_row(Smem& s, const SampleArgs& a, const SampleParams& 
   return walk_id_order(s, row, cu * cut_cum, has_cut, cut.key, cut.id);
 }
 
-__global__ void __launch_bounds__(kThreads) sample_select_kernel(const SampleArgs a) {
+// Two blocks per SM (64 registers): a batch of 256 rows runs in one wave on an H200.
+__global__ void __launch_bounds__(kThreads, 2) sample_select_kernel(const SampleArgs a) {
   __shared__ Smem s;
   const int row = blockIdx.x;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
