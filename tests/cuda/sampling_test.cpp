@@ -9,7 +9,8 @@
 // legitimately differ when a draw lands within ~1e-15 of a boundary: not expected in these cases.
 // Also: the draw's distribution over a 4-token vocab (20000 draws, within 2% of the softmax);
 // bit-equal results for a row wherever it sits in a batch and for any batch size; the host
-// counter_uniform twin (no GPU needed).
+// counter_uniform twin (no GPU needed). TopKWithoutTopPWalksIdOrder is expected to fail until
+// runtime::Sampler walks its top-k survivors in id order (see the test).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -432,6 +433,45 @@ TEST(Sampling, IndependentOfBatchPosition) {
     const GpuOut single = run_gpu(one, 1, x.V, 0, {x.params[size_t(b)]}, ws);
     same_row(fwd, b, single, 0, "alone (B = 1)");
   }
+}
+
+// Not a benchmark, a rough figure for the logs: device time of one sample_tokens call at Flash's
+// vocab for plain temperature sampling and for top-k + top-p (CUDA events, mean of 20 calls).
+TEST(Sampling, ReportsTiming) {
+  DSV4_SKIP_WITHOUT_GPU();
+  SamplerWorkspace ws = make_ws(256, kFlashVocab);
+  std::vector<float> logits;
+  for (int b = 0; b < 256; ++b) {
+    const std::vector<float> row = make_row(RowKind::kSpread, kFlashVocab, 4000 + uint64_t(b));
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  DeviceBuffer d_logits = upload_vector(logits);
+  DeviceBuffer d_token = device_alloc(256 * 4), d_lp = device_alloc(256 * 4);
+  DeviceBuffer d_ids = device_alloc(256 * kMaxLogprobs * 4), d_lps = device_alloc(256 * kMaxLogprobs * 4);
+  const SampleOutputView out{d_token.as<int32_t>(), d_lp.as<float>(), d_ids.as<int32_t>(), d_lps.as<float>()};
+  cudaEvent_t t0, t1;
+  DSV4_ASSERT_CUDA(cudaEventCreate(&t0));
+  DSV4_ASSERT_CUDA(cudaEventCreate(&t1));
+  for (const auto& [name, proto] : {std::pair{"temperature 1", make_params(1.0f, 0, 1.0f, 0.0f, 5, 1, 0)},
+                                    std::pair{"top-k 50 + top-p 0.9", make_params(0.7f, 50, 0.9f, 0.0f, 5, 1, 0)},
+                                    std::pair{"top-p 0.9", make_params(1.0f, 0, 0.9f, 0.0f, -1, 1, 0)}}) {
+    for (int B : {1, 64, 256}) {
+      DeviceBuffer d_params = upload_vector(std::vector<SampleParams>(size_t(B), proto));
+      DSV4_ASSERT_OK(sample_tokens(d_logits.as<float>(), kFlashVocab, B, kFlashVocab, d_params.as<SampleParams>(), out,
+                                   ws, nullptr));
+      DSV4_ASSERT_CUDA(cudaEventRecord(t0));
+      for (int it = 0; it < 20; ++it)
+        DSV4_ASSERT_OK(sample_tokens(d_logits.as<float>(), kFlashVocab, B, kFlashVocab, d_params.as<SampleParams>(),
+                                     out, ws, nullptr));
+      DSV4_ASSERT_CUDA(cudaEventRecord(t1));
+      DSV4_ASSERT_CUDA(cudaEventSynchronize(t1));
+      float ms = 0;
+      DSV4_ASSERT_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+      std::printf("sampling timing: %-22s B=%3d: %8.1f us\n", name, B, 1000.0 * ms / 20);
+    }
+  }
+  DSV4_ASSERT_CUDA(cudaEventDestroy(t0));
+  DSV4_ASSERT_CUDA(cudaEventDestroy(t1));
 }
 
 TEST(Sampling, RejectsBadArguments) {
