@@ -196,7 +196,7 @@ int run_bench(const BenchArgs& a) {
 
   for (int64_t ctx : a.contexts) {
     // Block tables: sequence s owns blocks [s * ctx_blocks, (s + 1) * ctx_blocks).
-    std::vector<std::vector<int32_t>> tables(size_t(max_b));
+    std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_b));
     for (int s = 0; s < max_b; ++s) {
       tables[size_t(s)].resize(size_t(ctx_blocks));
       std::iota(tables[size_t(s)].begin(), tables[size_t(s)].end(), int32_t(s * ctx_blocks));
@@ -208,7 +208,7 @@ int run_bench(const BenchArgs& a) {
       const auto t0 = Clock::now();
       for (int64_t p = 0; p < ctx; p += a.chunk) {
         const int64_t n = std::min<int64_t>(a.chunk, ctx - p);
-        std::vector<int32_t> toks(size_t(n));
+        std::vector<int32_t> toks(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) toks[size_t(i)] = token_at(s, p + i);
         gpu::GpuStepSeq q{s, tables[size_t(s)], p, toks, false};
         const bool profile_this = s == 0 && p + a.chunk >= ctx;  // the last chunk: the longest context
@@ -234,13 +234,13 @@ int run_bench(const BenchArgs& a) {
     for (int B : a.batches) {
       int64_t pos = ctx;
       for (int graphs = 1; graphs >= 0; --graphs) {
-        m.set_graph_replay_diagnostic(graphs == 0);
+        m.set_graph_replay(graphs == 1);
         std::vector<double> ms;
         std::set<std::pair<int, int32_t>> experts;  // (layer, expert) selected in the traced step
         std::vector<std::pair<std::string, double>> profile;
         for (int step = 0; step < a.decode_steps + 3; ++step) {
-          std::vector<int32_t> toks(size_t(B));
-          std::vector<gpu::GpuStepSeq> qs(size_t(B));
+          std::vector<int32_t> toks(static_cast<size_t>(B));
+          std::vector<gpu::GpuStepSeq> qs(static_cast<size_t>(B));
           for (int s = 0; s < B; ++s) {
             toks[size_t(s)] = token_at(s, pos);
             qs[size_t(s)] = gpu::GpuStepSeq{s, tables[size_t(s)], pos, std::span<const int32_t>(&toks[size_t(s)], 1), true};
@@ -289,7 +289,7 @@ int run_bench(const BenchArgs& a) {
           fmt::print("{}\n", line);
         }
       }
-      m.set_graph_replay_diagnostic(false);
+      m.set_graph_replay(true);
     }
   }
   if (!a.out.empty()) {

@@ -4,12 +4,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "base/numeric.h"
 #include "cpu/rope.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/testing/random_gptq.h"
 
 namespace dsv4::gpu {
 
@@ -37,14 +39,22 @@ using bf16 = __nv_bfloat16;
 
 class Uploader {
  public:
-  Uploader(const ModelConfig& cfg, DeviceArena& arena, cudaStream_t stream, DeviceModelWeights& out)
-      : cfg_(cfg), arena_(arena), stream_(stream), out_(out) {}
+  // synthetic: the weights have shapes only (ModelWeights::synthetic); every linear and the
+  // embedding are generated on the device (hash-based, per tensor seed) in the same layouts.
+  Uploader(const ModelConfig& cfg, DeviceArena& arena, cudaStream_t stream, DeviceModelWeights& out, bool synthetic)
+      : cfg_(cfg), arena_(arena), stream_(stream), out_(out), synthetic_(synthetic) {}
 
   // One device staging pair sized for the largest GPTQ tensor; every tensor passes through it.
   Status init_staging(const ModelWeights& w) {
     size_t q = 0, s = 0;
     auto visit = [&](const LinearWeight& lw) {
-      if (lw.format != WeightFormat::kGptqInt4 || lw.qweight == nullptr || lw.scales == nullptr) return;
+      if (lw.format != WeightFormat::kGptqInt4) return;
+      if (synthetic_) {
+        q = std::max(q, size_t(lw.n * lw.k / 2));
+        s = std::max(s, size_t(lw.n * (lw.k / 128) * 2));
+        return;
+      }
+      if (lw.qweight == nullptr || lw.scales == nullptr) return;
       q = std::max(q, lw.qweight->n_bytes);
       s = std::max(s, lw.scales->n_bytes);
     };
@@ -126,7 +136,7 @@ class Uploader {
       return unimplemented("'{}': INT4 group size {}, the GPU kernels take {}", lw.name, lw.group_size, cuda::kW4Group);
     if (!lw.zeros_uniform)
       return unimplemented("'{}': asymmetric INT4 zero points; the GPU kernels take symmetric weights (zero 8)", lw.name);
-    if (lw.scales->dtype != DType::kF16)
+    if (!synthetic_ && lw.scales->dtype != DType::kF16)
       return unimplemented("'{}.scales' is {}; the GPU kernels take F16 scales", lw.name, dtype_name(lw.scales->dtype));
     if (lw.n % 16 != 0 || lw.k % cuda::kW4Group != 0)
       return unimplemented("'{}': shape [{}, {}] is not a multiple of [16, {}]", lw.name, lw.n, lw.k, cuda::kW4Group);
@@ -137,10 +147,19 @@ class Uploader {
   // weight with dst_n columns. The next tensor's copy is ordered after this repack on the stream.
   Status repack(const LinearWeight& lw, uint32_t* dst_q, __half* dst_s, int dst_n, const cuda::RepackPlacement& place) {
     DSV4_RETURN_IF_ERROR(check_int4(lw));
-    if (lw.qweight->n_bytes > staging_q_bytes_ || lw.scales->n_bytes > staging_s_bytes_)
-      return internal_error("'{}' is larger than the GPTQ staging buffer", lw.name);
-    DSV4_RETURN_IF_ERROR(copy_async(staging_q_, lw.qweight->data, lw.qweight->n_bytes));
-    DSV4_RETURN_IF_ERROR(copy_async(staging_s_, lw.scales->data, lw.scales->n_bytes));
+    if (synthetic_) {
+      // Scales ~ 1.5 * 2^(e - 15) with e chosen so that W has a standard deviation near 1/sqrt(K)
+      // (codes - 8 have one near 4.6), as make-model's random checkpoints do.
+      const int e = int(std::floor(15.0 + std::log2(1.0 / (4.6 * std::sqrt(double(lw.k)))) - 0.58));
+      const cuda::testing::ScaleSpec spec{e, e, false};
+      DSV4_RETURN_IF_ERROR(cuda::testing::fill_random_gptq(staging_q_, staging_s_, int(lw.n), int(lw.k), next_seed(),
+                                                           spec, stream_));
+    } else {
+      if (lw.qweight->n_bytes > staging_q_bytes_ || lw.scales->n_bytes > staging_s_bytes_)
+        return internal_error("'{}' is larger than the GPTQ staging buffer", lw.name);
+      DSV4_RETURN_IF_ERROR(copy_async(staging_q_, lw.qweight->data, lw.qweight->n_bytes));
+      DSV4_RETURN_IF_ERROR(copy_async(staging_s_, lw.scales->data, lw.scales->n_bytes));
+    }
     const cuda::GptqInt4Tensor src{staging_q_, staging_s_, int(lw.n), int(lw.k)};
     DSV4_RETURN_IF_ERROR(cuda::repack_gptq_int4(src, dst_q, dst_s, dst_n, place, stream_).with_context(lw.name));
     ++out_.n_int4_linears;
@@ -151,7 +170,11 @@ class Uploader {
   // Writes bf16(W) [n, k] of a linear stored in any format to dst (rows of a larger array allowed).
   Status dense_into(const LinearWeight& lw, bf16* dst) {
     const int64_t n = lw.n, k = lw.k;
-    if (lw.format == WeightFormat::kDense && lw.weight->dtype == DType::kBF16 && lw.expert < 0 && lw.row_offset == 0) {
+    if (synthetic_) {
+      // Uniform in +-2 * 2^-ceil(log2 sqrt(K)): a standard deviation near 1/sqrt(K).
+      const float scale = std::ldexp(1.0f, -int(std::ceil(std::log2(std::sqrt(double(k))))));
+      DSV4_RETURN_IF_ERROR(cuda::testing::fill_random_bf16(dst, n * k, next_seed(), scale, stream_));
+    } else if (lw.format == WeightFormat::kDense && lw.weight->dtype == DType::kBF16 && lw.expert < 0 && lw.row_offset == 0) {
       DSV4_RETURN_IF_ERROR(copy(dst, lw.weight->data, size_t(n * k) * 2));  // already bf16: as stored
     } else {
       // NOTE: other formats become bf16 here, so an fp32 or int4 dense weight is rounded once
@@ -173,6 +196,15 @@ class Uploader {
   Result<const bf16*> dense(const LinearWeight& lw) {
     DSV4_ASSIGN_OR_RETURN(bf16* d, arena_.alloc_n<bf16>(lw.n * lw.k, MemCategory::kWeights, lw.name));
     DSV4_RETURN_IF_ERROR(dense_into(lw, d));
+    return static_cast<const bf16*>(d);
+  }
+
+  // A random bf16 embedding table [vocab, D] (synthetic weights): values in +-1.
+  Result<const bf16*> synthetic_embedding() {
+    const int64_t V = cfg_.vocab_size, D = cfg_.hidden;
+    DSV4_ASSIGN_OR_RETURN(bf16* d, arena_.alloc_n<bf16>(V * D, MemCategory::kWeights, "embed (synthetic)"));
+    DSV4_RETURN_IF_ERROR(cuda::testing::fill_random_bf16(d, V * D, next_seed(), 0.5f, stream_));
+    out_.bf16_bytes += size_t(V * D) * 2;
     return static_cast<const bf16*>(d);
   }
 
@@ -224,6 +256,10 @@ class Uploader {
   DeviceArena& arena_;
   cudaStream_t stream_;
   DeviceModelWeights& out_;
+  uint64_t next_seed() { return 0xD5F4000000ull + seed_++; }
+
+  bool synthetic_ = false;
+  uint64_t seed_ = 0;
   int32_t* staging_q_ = nullptr;
   __half* staging_s_ = nullptr;
   size_t staging_q_bytes_ = 0, staging_s_bytes_ = 0;
@@ -337,10 +373,14 @@ Status upload_layer(Uploader& up, DeviceArena& arena, const ModelConfig& cfg, co
 Result<DeviceModelWeights> upload_weights(const ModelConfig& cfg, const ModelWeights& w, DeviceArena& arena,
                                           cudaStream_t stream) {
   DeviceModelWeights out;
-  Uploader up(cfg, arena, stream, out);
+  Uploader up(cfg, arena, stream, out, w.is_synthetic);
   DSV4_RETURN_IF_ERROR(up.init_staging(w));
-  if (w.embed == nullptr) return not_found("the checkpoint has no embedding table");
-  DSV4_ASSIGN_OR_RETURN(out.embed, up.embedding(*w.embed));
+  if (w.is_synthetic) {
+    DSV4_ASSIGN_OR_RETURN(out.embed, up.synthetic_embedding());
+  } else {
+    if (w.embed == nullptr) return not_found("the checkpoint has no embedding table");
+    DSV4_ASSIGN_OR_RETURN(out.embed, up.embedding(*w.embed));
+  }
   DSV4_ASSIGN_OR_RETURN(out.head, up.dense(w.head));
   DSV4_ASSIGN_OR_RETURN(out.norm, up.f32(w.norm, "norm", size_t(cfg.hidden)));
   DSV4_ASSIGN_OR_RETURN(out.hc_head, up.hc(w.hc_head, "hc_head", cfg.hc_mult, 1));

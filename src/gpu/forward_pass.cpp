@@ -43,6 +43,7 @@ Status ForwardPass::gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda:
 }
 
 Status ForwardPass::layers(const cuda::StepBatchView& b, TraceSink* trace) const {
+  mark(StepCategory::kOther);
   DSV4_RETURN_IF_ERROR(
       cuda::embed_streams(w_.embed, cfg_.vocab_size, cfg_.hidden, b.token_ids, b.n_tokens, cfg_.hc_mult, a_.X, stream_));
   if (trace) {
@@ -59,8 +60,10 @@ Status ForwardPass::layer(int l, const cuda::StepBatchView& b, TraceSink* trace)
   const int T = b.n_tokens, D = cfg_.hidden;
 
   // attention sublayer: HCPre + attn_norm -> attention -> HCPost
+  mark(StepCategory::kMhcNorm);
   DSV4_RETURN_IF_ERROR(cuda::hc_pre_norm(a_.X, T, L.hc_attn, L.attn_norm, dims, a_.x, a_.mix, stream_));
   DSV4_RETURN_IF_ERROR(attention(l, b, trace));
+  mark(StepCategory::kMhcNorm);
   DSV4_RETURN_IF_ERROR(cuda::hc_post(a_.X, a_.y, a_.mix, T, dims, stream_));
 
   // MoE sublayer: HCPre + ffn_norm -> router + experts + shared expert (bf16 y) -> HCPost
@@ -72,10 +75,12 @@ Status ForwardPass::layer(int l, const cuda::StepBatchView& b, TraceSink* trace)
   m.m = T;
   m.y = a_.y;
   m.ldy = D;
+  mark(StepCategory::kMoe);
   DSV4_RETURN_IF_ERROR(cuda::moe_forward(L.moe, m, ws_.moe, stream_));
   if (trace)
     DSV4_RETURN_IF_ERROR(trace_copy(trace->experts[size_t(l)], ws_.moe.topk_ids(), int64_t(T) * cfg_.n_experts_per_tok,
                                     stream_));
+  mark(StepCategory::kMhcNorm);
   return cuda::hc_post(a_.X, a_.y, a_.mix, T, dims, stream_);
 }
 
@@ -88,20 +93,26 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   const float eps = float(c.norm_eps);
 
   // query and KV projections in one GEMM: qkv = [bf16(x wq_a^T) | bf16(x wkv^T)]
+  mark(StepCategory::kW4A16Linear);
   DSV4_RETURN_IF_ERROR(gemm(a_.x, D, T, L.wqkv, a_.qkv, ld_qkv));
+  mark(StepCategory::kMhcNorm);
   // qa = bf16(rmsnorm(qa, q_norm)); kv -> kv_norm, rope, fp8 nope -> 584-byte records in the chunk
   DSV4_RETURN_IF_ERROR(cuda::rmsnorm_rows(a_.qkv, ld_qkv, T, ql, L.q_norm, eps, stream_));
   DSV4_RETURN_IF_ERROR(cuda::kv_finish(a_.qkv + ql, ld_qkv, T, L.kv_norm, eps, b.token_pos, L.inv_freq, kv.view,
                                        kv.view.chunk, stream_));
   // q = bf16(qa wq_b^T), then per head unweighted rmsnorm and rope
+  mark(StepCategory::kW4A16Linear);
   DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
+  mark(StepCategory::kMhcNorm);
   DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));
 
   const bool csa = L.spec.attn == AttnType::kCsa;
   if (L.spec.attn != AttnType::kSliding) {
     // Every dense projection of x in one fp32-output GEMM (the reference keeps them unrounded).
     const ProjColumns& pc = L.proj;
+    mark(StepCategory::kDenseLinear);
     DSV4_RETURN_IF_ERROR(ws_.blas.gemm_f32_out(a_.x, D, T, L.wproj, pc.n, D, a_.proj, pc.n));
+    mark(StepCategory::kCompressor);
     // Compressors run before attention: an entry completed by a row of this step is visible to
     // the later rows (the reference pushes the whole chunk first).
     DSV4_RETURN_IF_ERROR(cuda::compressor_forward(b, a_.proj + pc.comp_a, a_.proj + pc.comp_z, pc.n, L.comp,
@@ -112,7 +123,9 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
                                                     kv.idx_state, kv.view.index_keys, kv.view.index_key_bytes, stream_)
                                .with_context("indexer compressor"));
       const int nI = c.index_n_heads, dI = c.index_head_dim;
+      mark(StepCategory::kW4A16Linear);
       DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.idx_wq_b, a_.qi, int64_t(nI) * dI));
+      mark(StepCategory::kIndexer);
       DSV4_RETURN_IF_ERROR(cuda::indexer_prepare_q(a_.qi, T, nI, dI, r, b.token_pos, L.inv_freq, stream_));
       // The reference's weight scale, computed the same way (double, then float).
       const float scale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(nI)));
@@ -133,18 +146,23 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   ap.sink = L.sink;
   ap.inv_freq = L.inv_freq;
   ap.topk = c.index_topk;
+  mark(StepCategory::kAttention);
   DSV4_RETURN_IF_ERROR(
       cuda::sparse_attention(b, a_.q, kv.view, csa ? a_.selected : nullptr, ap, ws_.attention, a_.o, stream_));
 
   // output: u = bf16(grouped wo_a), y = bf16(u wo_b^T)
+  mark(StepCategory::kDenseLinear);
   DSV4_RETURN_IF_ERROR(ws_.blas.grouped_bf16_out(a_.o, T, c.o_groups, L.wo_a, c.o_lora_rank, c.group_in_dim(), a_.u));
+  mark(StepCategory::kW4A16Linear);
   DSV4_RETURN_IF_ERROR(gemm(a_.u, int64_t(c.o_groups) * c.o_lora_rank, T, L.wo_b, a_.y, D));
+  mark(StepCategory::kAttention);
   // The ring advances after attention read it (the chunk's rows may overwrite older positions).
   return cuda::window_save(b, kv.view, stream_);
 }
 
 Status ForwardPass::head(const __nv_bfloat16* X, const int32_t* rows, int n) const {
   if (n < 1 || n > a_.logit_rows) return invalid_argument("head: {} rows outside 1..{}", n, a_.logit_rows);
+  mark(StepCategory::kHead);
   DSV4_RETURN_IF_ERROR(cuda::hc_head_norm(X, rows, n, w_.hc_head, w_.norm, hc_dims(cfg_), a_.xh, stream_));
   return ws_.blas.gemm_f32_out(a_.xh, cfg_.hidden, n, w_.head, cfg_.vocab_size, cfg_.hidden, a_.logits, cfg_.vocab_size);
 }

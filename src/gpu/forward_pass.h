@@ -21,6 +21,7 @@
 #include "gpu/blas.h"
 #include "gpu/device_weights.h"
 #include "gpu/kv_state.h"
+#include "gpu/profiler.h"
 #include "model/config.h"
 
 namespace dsv4::gpu {
@@ -70,8 +71,13 @@ class ForwardPass {
   // Logits f32 [n, vocab] into Activations::logits for rows rows[i] of X (device i32 [n]), or
   // rows 0..n-1 of X when rows is null. n <= logit_rows.
   Status head(const __nv_bfloat16* X, const int32_t* rows, int n) const;
+  // Marks each group of launches with its category (eager profiled steps only; null: off).
+  void set_profiler(StepProfiler* p) { prof_ = p; }
 
  private:
+  void mark(StepCategory c) const {
+    if (prof_) prof_->mark(c);
+  }
   Status layer(int l, const cuda::StepBatchView& b, TraceSink* trace) const;
   Status attention(int l, const cuda::StepBatchView& b, TraceSink* trace) const;
   Status gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda::W4A16Weight& w, __nv_bfloat16* y,
@@ -83,6 +89,7 @@ class ForwardPass {
   const Activations& a_;
   Workspaces& ws_;
   cudaStream_t stream_;
+  StepProfiler* prof_ = nullptr;
 };
 
 }  // namespace dsv4::gpu

@@ -64,6 +64,9 @@ struct GpuModel::Impl {
   std::vector<Graph> graphs;   // increasing batch size
   bool graph_replay = true;
   bool last_graph = false;
+  StepProfiler prof;
+  bool profiling = false;
+  std::vector<std::pair<std::string, double>> last_prof;
   double load_seconds = 0;
 
   ~Impl() {
@@ -266,6 +269,7 @@ struct GpuModel::Impl {
     DSV4_ASSIGN_OR_RETURN(kv, create_kv_state(cfg, w.layers, kv_sizes, arena));
     slot_next_pos.assign(size_t(opts.max_seqs), 0);
     pass = std::make_unique<ForwardPass>(cfg, w, kv, act, ws, so.stream);
+    DSV4_RETURN_IF_ERROR(prof.init());
     DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(so.stream), "load"));
     for (int s : opts.graph_batch_sizes)
       DSV4_RETURN_IF_ERROR(capture(s).with_context(fmt::format("capturing the decode graph of batch {}", s)));
@@ -278,7 +282,7 @@ struct GpuModel::Impl {
     if (seqs.empty()) return Status::ok();
     DSV4_RETURN_IF_ERROR(validate_step(seqs, limits(), slot_next_pos));
     const Graph* graph = nullptr;
-    if (graph_replay && !all_rows && trace == nullptr && is_pure_decode(seqs))
+    if (graph_replay && !profiling && !all_rows && trace == nullptr && is_pure_decode(seqs))
       for (const Graph& g : graphs)
         if (g.batch >= int(seqs.size())) {
           graph = &g;
@@ -305,7 +309,14 @@ struct GpuModel::Impl {
     } else {
       StepShape body = sh;
       body.n_head_rows = all_rows ? 0 : sh.n_logits;
-      DSV4_RETURN_IF_ERROR(launch(body, trace ? &sink : nullptr));
+      if (profiling) {
+        prof.begin(so.stream);
+        pass->set_profiler(&prof);
+      }
+      const Status st = launch(body, trace ? &sink : nullptr);
+      pass->set_profiler(nullptr);
+      DSV4_RETURN_IF_ERROR(st);
+      if (profiling) last_prof = prof.finish();
     }
     if (all_rows) {
       // The head runs over the rows in chunks of the logits buffer, each copied out before the
@@ -399,6 +410,8 @@ size_t GpuModel::device_bytes() const { return impl_->arena.bytes(); }
 std::vector<std::string> GpuModel::manifest() const { return impl_->manifest(); }
 int64_t GpuModel::allocations_after_load() const { return impl_->arena.allocations_after_seal(); }
 bool GpuModel::last_step_replayed_graph() const { return impl_->last_graph; }
-void GpuModel::set_graph_replay_diagnostic(bool enabled) { impl_->graph_replay = enabled; }
+void GpuModel::set_graph_replay(bool enabled) { impl_->graph_replay = enabled; }
+void GpuModel::set_profiling(bool enabled) { impl_->profiling = enabled; }
+std::vector<std::pair<std::string, double>> GpuModel::last_profile() const { return impl_->last_prof; }
 
 }  // namespace dsv4::gpu

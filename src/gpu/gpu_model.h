@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -79,10 +80,15 @@ class GpuModel {
 
   // Test hook: number of device allocations made after load() returned (must stay 0).
   int64_t allocations_after_load() const;
-  // Test hooks: whether the last forward() replayed a CUDA graph, and a switch that makes every
-  // step eager (diagnostics: graph replay against eager execution of the same step).
+  // Whether the last forward() replayed a CUDA graph, and the switch that allows replays
+  // (enabled = false runs every step eagerly: graph replay against eager execution of the same step).
   bool last_step_replayed_graph() const;
-  void set_graph_replay_diagnostic(bool enabled);
+  void set_graph_replay(bool enabled);
+
+  // Profiling (dsv4 bench): while on, steps run eagerly with CUDA events between the launch groups
+  // of each category; last_profile() gives milliseconds per category of the last step, then "total".
+  void set_profiling(bool enabled);
+  std::vector<std::pair<std::string, double>> last_profile() const;
 
  private:
   GpuModel();

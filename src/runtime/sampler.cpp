@@ -66,6 +66,9 @@ TokenLogprob Sampler::sample(std::span<const float> logits, const SamplingParams
       std::nth_element(cand_.begin(), cand_.begin() + p.top_k, cand_.end(), more_likely);
       n = size_t(p.top_k);
       cand_.resize(n);
+      // The draw walks id order unless top-p reorders below; nth_element leaves an arbitrary
+      // order, which the GPU sampler could not reproduce.
+      std::sort(cand_.begin(), cand_.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
     }
     if (p.top_p < 1.0f) {
       double total = 0.0;

@@ -467,10 +467,10 @@ TEST(GpuModel, GraphReplayEqualsEager) {
   auto decode = [&](const std::vector<int>& which, int slot0, int step, bool graphs, std::vector<float>& out) {
     Step st;
     for (int i : which) st.add(slot0 + i, pos[size_t(i)] + step, std::span<const int32_t>(&next[size_t(step)], 1));
-    m.set_graph_replay_diagnostic(graphs);
+    m.set_graph_replay(graphs);
     const Status r = run(st, out);
     const bool replayed = m.last_step_replayed_graph();
-    m.set_graph_replay_diagnostic(true);
+    m.set_graph_replay(true);
     EXPECT_EQ(replayed, graphs);
     return r;
   };
