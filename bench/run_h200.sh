@@ -3,7 +3,7 @@
 # profile of the main kernels, the decode lab sweeps and the W4A16 benchmark with its PyTorch
 # peer; logs and results go to $OUT. The binaries are built on the development machine
 # (cmake --build build-h200, sm_90) and carried in .carry/bin, with libfmt/libgomp in .carry/lib.
-# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, prof, lab, quick, full, torch)
+# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, prof, lab, quick, full, torch)
 #   lab: forced decode launches (dense wq_b/wo_b at M = 1, 16, 32; wq_a, w2, w13 at M = 1, 16; the
 #        MoE GEMMs at M = 1), every configuration x split-K x ring depth x L2 window.
 #   quick/full: the benchmark (quick: M = 1, 16, 4096); torch: its PyTorch int4 peer and the table.
@@ -30,10 +30,22 @@ if has tests || has kernels; then
     name=$(basename "$t")
     if has kernels && [[ $name == cuda_w4a16_test || $name == cuda_moe_test || $name == gpu_* ]]; then continue; fi
     echo "=== $name" >> "$OUT/test.log"
-    timeout 300 "$t" --gtest_brief=1 >> "$OUT/test.log" 2>&1; echo "$name rc=$?"
+    timeout ${TEST_TIMEOUT:-300} "$t" --gtest_brief=1 >> "$OUT/test.log" 2>&1; echo "$name rc=$?"
   done
   grep -E "^===|^\[ +(FAILED|PASSED|SKIPPED) +\]" "$OUT/test.log" | tail -60
   grep -hE "Failure|Expected|Which is|summary|differ|unwritten|gpu:|ref:" "$OUT/test.log" | head -60
+fi
+if has model; then
+  # The whole forward pass against the CPU reference (writes a flash-shaped checkpoint to /tmp).
+  timeout ${MODEL_TIMEOUT:-240} $BIN/gpu_model_test > "$OUT/gpu_model.log" 2>&1; echo "gpu_model_test rc=$?"
+  grep -E "^\[ +(FAILED|PASSED|SKIPPED|OK) +\]|measured|rel|overlap|agree" "$OUT/gpu_model.log" | head -40
+fi
+if has fbench; then
+  # The forward-pass ladder on synthetic weights (FBENCH_ARGS: layers, batches, contexts).
+  CMD="bash bench/run_h200.sh $COMMIT $STEPS"
+  timeout ${FBENCH_TIMEOUT:-200} $BIN/dsv4 bench --synthetic flash ${FBENCH_ARGS:---layers 20 --batch 1,32 --context 4096} \
+    --commit "$COMMIT" --command "$CMD; FBENCH_ARGS='${FBENCH_ARGS:-}'" --out "$OUT/forward_bench.json" > "$OUT/fbench.log" 2>&1
+  echo "dsv4 bench rc=$?"; cat "$OUT/fbench.log" | cut -c1-200 | tail -40
 fi
 if has prof; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
