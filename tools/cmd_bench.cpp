@@ -151,12 +151,13 @@ int run_bench(const BenchArgs& a) {
   }
   const int max_b = *std::max_element(a.batches.begin(), a.batches.end());
   const int64_t max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
-  const int64_t ctx_blocks = (max_ctx + a.decode_steps + 255) / 256 + 1;
+  const int64_t decode_positions = int64_t(a.decode_steps + 3) * 2 * int64_t(a.batches.size());
+  const int64_t ctx_blocks = (max_ctx + decode_positions + 255) / 256 + 1;
 
   gpu::GpuModelOptions o;
   o.max_seqs = max_b;
   o.max_tokens_per_step = std::max(a.chunk, max_b);
-  o.max_positions = max_ctx + a.decode_steps + 256;
+  o.max_positions = ctx_blocks * 256;
   o.n_kv_blocks = int(ctx_blocks * max_b);
   o.graph_batch_sizes = a.batches;
   std::sort(o.graph_batch_sizes.begin(), o.graph_batch_sizes.end());
@@ -231,19 +232,21 @@ int run_bench(const BenchArgs& a) {
     for (auto& [k, v] : prefill_profile) pj["last_chunk_ms"][k] = v;
     runs.push_back(pj);
 
+    // Each sequence continues from where its last step left it (decode points share the prefill).
+    std::vector<int64_t> next_pos(static_cast<size_t>(max_b), ctx);
     for (int B : a.batches) {
-      int64_t pos = ctx;
+      std::set<std::pair<int, int32_t>> experts;  // (layer, expert) selected in the traced step
       for (int graphs = 1; graphs >= 0; --graphs) {
         m.set_graph_replay(graphs == 1);
         std::vector<double> ms;
-        std::set<std::pair<int, int32_t>> experts;  // (layer, expert) selected in the traced step
         std::vector<std::pair<std::string, double>> profile;
         for (int step = 0; step < a.decode_steps + 3; ++step) {
           std::vector<int32_t> toks(static_cast<size_t>(B));
           std::vector<gpu::GpuStepSeq> qs(static_cast<size_t>(B));
           for (int s = 0; s < B; ++s) {
-            toks[size_t(s)] = token_at(s, pos);
-            qs[size_t(s)] = gpu::GpuStepSeq{s, tables[size_t(s)], pos, std::span<const int32_t>(&toks[size_t(s)], 1), true};
+            const int64_t p = next_pos[size_t(s)]++;
+            toks[size_t(s)] = token_at(s, p);
+            qs[size_t(s)] = gpu::GpuStepSeq{s, tables[size_t(s)], p, std::span<const int32_t>(&toks[size_t(s)], 1), true};
           }
           gpu::GpuStepTrace trace;
           const bool traced = graphs == 1 && step == 0;
@@ -253,18 +256,17 @@ int run_bench(const BenchArgs& a) {
           const Status st = m.forward(qs, nullptr, false, traced ? &trace : nullptr);
           cudaStreamSynchronize(stream);
           const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-          if (!st.is_ok()) return fail(st.with_context(fmt::format("decode batch {} at {}", B, pos)));
+          if (!st.is_ok()) return fail(st.with_context(fmt::format("decode batch {} at {}", B, next_pos[0])));
           if (traced)
             for (size_t l = 0; l < trace.experts.size(); ++l)
               for (int32_t e : trace.experts[l]) experts.insert({int(l), e});
           if (profiled) profile = m.last_profile();
           if (step >= 3 && !traced && !profiled) ms.push_back(dt);
-          ++pos;
         }
         m.set_profiling(false);
         const double step_ms = median(ms);
         double bytes = wb.fixed + wb.head + wb.per_expert * double(experts.size());
-        for (int s = 0; s < B; ++s) bytes += kv_bytes(*cfg, pos);
+        for (int s = 0; s < B; ++s) bytes += kv_bytes(*cfg, next_pos[size_t(s)]);
         const double roofline_ms = bytes / (*bw * 1e6);
         fmt::print("  decode B={:<3} ctx {:<7} {}: {:.3f} ms/step, {:.0f} tok/s, {:.2f} GB read, roofline {:.3f} ms "
                    "({:.0f}%)\n",

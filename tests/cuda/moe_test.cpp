@@ -362,7 +362,7 @@ TEST_P(MoeForward, HashLayerMatchesReference) {
   check_output(r, x, m, routes, "hash");
 }
 
-INSTANTIATE_TEST_SUITE_P(Flash, MoeForward, ::testing::Values(1, 4, 16, 64, 512, 4096),
+INSTANTIATE_TEST_SUITE_P(Flash, MoeForward, ::testing::Values(1, 4, 16, 64, 300, 512, 4096),
                          [](const ::testing::TestParamInfo<int>& i) { return "M" + std::to_string(i.param); });
 
 TEST(MoeRouting, ExactTiesGoToTheLowestExpertIndex) {

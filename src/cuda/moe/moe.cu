@@ -108,7 +108,19 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   // Block rows follow the expected rows per expert (decode: 1-2, so 16-row tiles of the decode
   // kernels; up to 32 rows, 32-row decode tiles; beyond, the tiled kernels).
   const int rows_per_expert = int((int64_t(m) * top_k + w.n_experts - 1) / w.n_experts);
-  const int block_m = rows_per_expert <= 16 ? 16 : rows_per_expert <= 32 ? 32 : rows_per_expert <= 64 ? 64 : 128;
+  int block_m = rows_per_expert <= 16 ? 16 : rows_per_expert <= 32 ? 32 : rows_per_expert <= 64 ? 64 : 128;
+  if (block_m <= 32 && diag == nullptr) {
+    // Prefill chunks of a few hundred rows have hundreds of decode tiles; when the decode kernels'
+    // A block plus split-K partials do not fit, the tiled kernels (64-row tiles) take the batch.
+    const int tiles = moe_max_tiles(m, top_k, w.n_experts, block_m);
+    const int tile_rows = std::min(m, block_m);
+    const size_t pf = ws.partials_.bytes() / 4;
+    if (!choose_moe_decode_launch(block_m, tiles, tile_rows, 2 * inter, hidden, true, *dev, pf, ws.n_gemm_counters_)
+             .is_ok() ||
+        !choose_moe_decode_launch(block_m, tiles, tile_rows, hidden, inter, false, *dev, pf, ws.n_gemm_counters_)
+             .is_ok())
+      block_m = 64;
+  }
   const bool decode = block_m <= 32;
   const int max_tiles = moe_max_tiles(m, top_k, w.n_experts, block_m);
   const int n_shared_tiles = (m + block_m - 1) / block_m;
