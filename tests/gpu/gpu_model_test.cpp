@@ -8,14 +8,15 @@
 // entries, fewer than the top-512, so the indexer would select everything; from position 2051
 // on it must choose.
 //
-// Tolerances (first calibration pending on the GPU machine; the tests print what they measure):
+// Tolerances (calibrated on the H200, 2026-12-02; the tests print what they measure):
 //   GPU vs CPU: per logit row, ||g - c|| / ||c|| <= 3e-2, and top-1 agrees unless the CPU's own
 //     margin between its top-1 and the GPU's choice is below 5% of the row's rms. The GPU sums
 //     in other orders (GEMM tiles, split softmax), so bf16/fp8/fp4 roundings occasionally land
 //     on the other side; selected sets overlap >= 99%, routed experts agree >= 99% of (row, k).
 //   GPU vs GPU with different batch shapes (chunked vs one-shot, batched vs alone, padded graph
-//     vs eager): ||a - b|| / ||b|| <= 1e-2 (launch plans depend on the row count, so the sums'
-//     order does too: nearly, not bit-exact).
+//     vs eager): ||a - b|| / ||b|| <= 2e-2 (launch plans depend on the row count, so the sums'
+//     order does too: nearly, not bit-exact; measured up to 1.1e-2 after 8 decode steps, the same
+//     size as GPU vs CPU, with top-1 always agreeing).
 //   Same step shape (graph replay vs eager, twin sequences): bit-exact.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -51,7 +52,7 @@ constexpr int kMaxTokens = 2368;
 constexpr int kBlocksPerSlot = 12;  // 3072 positions
 constexpr int kBlocks = kMaxSeqs * kBlocksPerSlot;
 constexpr int64_t kMaxPositions = 4096;
-constexpr double kCpuRelTol = 3e-2, kTop1Slack = 5e-2, kShapeRelTol = 1e-2;
+constexpr double kCpuRelTol = 3e-2, kTop1Slack = 5e-2, kShapeRelTol = 2e-2;
 constexpr double kMinOverlap = 0.99, kMinExpertAgreement = 0.99;
 
 // ---- the shared model, CPU reference and one-shot GPU run (built on first use) ----

@@ -1,10 +1,13 @@
 """serve_util.py: start `dsv4 serve` for the end-to-end tests, wait until /health says ready,
 read /metrics, and stop it cleanly. Not a test itself (scripts/test.sh runs test_*.py).
 
-The binary is <repo>/build/dsv4 unless a test is run with --bin PATH."""
+The binary is <repo>/build/dsv4 unless a test is run with --bin PATH. The server runs the CPU
+--demo model unless a test is run with --serve-args "ARGS" (e.g. "--device cuda --model DIR" on a
+GPU machine: the same end-to-end tests against the CUDA runner)."""
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -25,6 +28,13 @@ def binary_from_argv():
     return os.path.join(REPO, "build", "dsv4")
 
 
+def model_args_from_argv():
+    """--serve-args "ARGS" on the command line (split like a shell), else --demo."""
+    if "--serve-args" in sys.argv:
+        return shlex.split(sys.argv[sys.argv.index("--serve-args") + 1])
+    return ["--demo"]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -32,12 +42,12 @@ def free_port():
 
 
 class Server:
-    """`dsv4 serve --demo` on 127.0.0.1 with extra arguments, as a context manager."""
+    """`dsv4 serve --demo` (or --serve-args) on 127.0.0.1 with extra arguments, as a context manager."""
 
     def __init__(self, *args, binary=None, ready_timeout=180):
         self.binary = binary or binary_from_argv()
         self.port = free_port()
-        self.args = ["serve", "--demo", "--host", "127.0.0.1", "--port", str(self.port), *args]
+        self.args = ["serve", *model_args_from_argv(), "--host", "127.0.0.1", "--port", str(self.port), *args]
         self.ready_timeout = ready_timeout
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="dsv4-serve-", suffix=".log", delete=False)
