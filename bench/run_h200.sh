@@ -3,7 +3,7 @@
 # profile of the main kernels, the decode lab sweeps and the W4A16 benchmark with its PyTorch
 # peer; logs and results go to $OUT. The binaries are built on the development machine
 # (cmake --build build-h200, sm_90) and carried in .carry/bin, with libfmt/libgomp in .carry/lib.
-# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, prof, lab, quick, full, torch)
+# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, serve, longcmp, prof, lab, quick, full, torch)
 #   lab: forced decode launches (dense wq_b/wo_b at M = 1, 16, 32; wq_a, w2, w13 at M = 1, 16; the
 #        MoE GEMMs at M = 1), every configuration x split-K x ring depth x L2 window.
 #   quick/full: the benchmark (quick: M = 1, 16, 4096); torch: its PyTorch int4 peer and the table.
@@ -46,6 +46,28 @@ if has fbench; then
   timeout ${FBENCH_TIMEOUT:-200} $BIN/dsv4 bench --synthetic flash ${FBENCH_ARGS:---layers 20 --batch 1,32 --context 4096} \
     --commit "$COMMIT" --command "$CMD; FBENCH_ARGS='${FBENCH_ARGS:-}'" --out "$OUT/forward_bench.json" > "$OUT/fbench.log" 2>&1
   echo "dsv4 bench rc=$?"; cat "$OUT/fbench.log" | cut -c1-200 | tail -40
+fi
+if has serve; then
+  # The OpenAI server on the CUDA runner (python wheels for the openai client carried in .whl).
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+  $BIN/dsv4 make-model --preset flash-shaped --layers 2 --layer-types csa,hca \
+    --tokenizer third_party/tokenizer/tokenizer.json --out /tmp/serve_model > /dev/null || echo "make-model failed"
+  PYTHONUNBUFFERED=1 timeout ${SERVE_TIMEOUT:-240} python3 tests/python/test_serve_cuda.py --bin $BIN/dsv4 \
+    --serve-args "--device cuda --model /tmp/serve_model" > "$OUT/serve_cuda.log" 2>&1
+  echo "test_serve_cuda rc=$?"; grep -vE "^\s*$" "$OUT/serve_cuda.log" | head -40 | cut -c1-200
+  rm -rf /tmp/serve_model
+fi
+if has longcmp; then
+  # GPU vs CPU logits over a LONGCMP_T-token prompt on a CSA + HCA model (vocab 4096).
+  T=${LONGCMP_T:-8192}
+  $BIN/dsv4 make-model --preset flash-shaped --layers 2 --layer-types csa,hca --vocab 4096 --seed 5 \
+    --out /tmp/cmp_model > /dev/null || echo "make-model failed"
+  python3 -c "import numpy as np; np.save('/tmp/ids.npy', np.random.default_rng(1).integers(0, 4096, $T).astype(np.int32))"
+  $BIN/dsv4 logits --model /tmp/cmp_model --token-ids /tmp/ids.npy --numerics bf16 --device cuda --chunk 2048 \
+    --out /tmp/gpu.npy 2>&1 | tail -1
+  timeout ${LONGCMP_TIMEOUT:-300} $BIN/dsv4 logits --model /tmp/cmp_model --token-ids /tmp/ids.npy --numerics bf16 \
+    --device cpu --out /tmp/cpu.npy 2>&1 | tail -1
+  python3 bench/compare_logits.py /tmp/gpu.npy /tmp/cpu.npy "$OUT/longcmp_$T.json"
 fi
 if has prof; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
