@@ -29,16 +29,20 @@ std::string manifest_text(const ServeArgs& a, const Engine& engine, const std::s
   std::string m = "==== dsv4 serve: startup manifest ====\n";
   m += fmt::format("argv: {}\n", command_line());
   m += fmt::format("version: dsv4 {} (git {})\n", DSV4_VERSION, DSV4_GIT_REV);
-  m += fmt::format("build: g++ {}.{}, C++20, CUDA: not used by this runner (no CUDA runner exists yet)\n", __GNUC__,
-                   __GNUC_MINOR__);
-  m += fmt::format("devices: cpu ({} hardware threads, OpenMP max {})\n", std::thread::hardware_concurrency(),
-                   omp_get_max_threads());
+#if DSV4_HAVE_CUDA_RUNNER
+  const char* cuda_build = "CUDA runner built (sm_86, sm_90)";
+#else
+  const char* cuda_build = "no CUDA (nvcc not found at configure time)";
+#endif
+  m += fmt::format("build: g++ {}.{}, C++20, {}\n", __GNUC__, __GNUC_MINOR__, cuda_build);
+  m += fmt::format("devices: {}; host cpu ({} hardware threads, OpenMP max {})\n", a.engine.device,
+                   std::thread::hardware_concurrency(), omp_get_max_threads());
   m += "layout: TP 1 x PP 1 (one runner)\n";
   if (!demo_note.empty()) m += demo_note;
   m += fmt::format("tokenizer: {}\n", tokenizer_path);
   for (const std::string& line : engine.manifest()) m += line + "\n";
   m += fmt::format("kv dtype: {}\n", a.engine.kv_dtype == "fp8" ? "fp8 (fp8_ds_mla layout)" : a.engine.kv_dtype);
-  m += "graph capture: none (CPU runner)\n";
+  if (a.engine.device != "cuda") m += "graph capture: none (CPU runner)\n";  // the CUDA runner's lines say which
   m += fmt::format("served model name: {}\n", a.server.served_model_names.empty() ? "" : a.server.served_model_names[0]);
   m += fmt::format("thinking default: {} (override per request: chat_template_kwargs.thinking, thinking.type, "
                    "reasoning_effort)\n",
