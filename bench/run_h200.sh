@@ -3,7 +3,7 @@
 # profile of the main kernels, the decode lab sweeps and the W4A16 benchmark with its PyTorch
 # peer; logs and results go to $OUT. The binaries are built on the development machine
 # (cmake --build build-h200, sm_90) and carried in .carry/bin, with libfmt/libgomp in .carry/lib.
-# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, serve, longcmp, prof, lab, quick, full, torch)
+# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, serve, longcmp, peer, prof, lab, quick, full, torch)
 #   lab: forced decode launches (dense wq_b/wo_b at M = 1, 16, 32; wq_a, w2, w13 at M = 1, 16; the
 #        MoE GEMMs at M = 1), every configuration x split-K x ring depth x L2 window.
 #   quick/full: the benchmark (quick: M = 1, 16, 4096); torch: its PyTorch int4 peer and the table.
@@ -68,6 +68,14 @@ if has longcmp; then
   timeout ${LONGCMP_TIMEOUT:-300} $BIN/dsv4 logits --model /tmp/cmp_model --token-ids /tmp/ids.npy --numerics bf16 \
     --device cpu --out /tmp/cpu.npy 2>&1 | tail -1
   python3 bench/compare_logits.py /tmp/gpu.npy /tmp/cpu.npy "$OUT/longcmp_$T.json"
+fi
+if has peer; then
+  # transformers' DeepseekV4ForCausalLM (bf16) and dsv4 on the same flash-shaped layers, batch 1.
+  PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-240} python3 bench/hf_peer.py --layers ${PEER_LAYERS:-csa,hca} \
+    --prompt 512 --new 32 --out "$OUT/hf_peer.json" > "$OUT/hf_peer.log" 2>&1; echo "hf_peer rc=$?"; tail -15 "$OUT/hf_peer.log"
+  timeout 120 $BIN/dsv4 bench --synthetic flash --layer-types ${PEER_LAYERS:-csa,hca} --batch 1 --context 512 \
+    --decode-steps 32 --commit "$COMMIT" --command "bash bench/run_h200.sh $COMMIT $STEPS (peer)" \
+    --out "$OUT/dsv4_peer_point.json" 2>&1 | tail -8
 fi
 if has prof; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)

@@ -33,6 +33,7 @@ using nlohmann::json;
 
 struct BenchArgs {
   std::string model, synthetic, out, commit = "unknown", command;
+  std::vector<std::string> layer_types;  // synthetic: per-layer swa|csa|hca (default: Flash's pattern)
   int layers = 20;
   std::vector<int> batches = {1, 32};
   std::vector<int64_t> contexts = {4096};
@@ -143,7 +144,8 @@ int run_bench(const BenchArgs& a) {
   } else {
     MakeModelOptions o;
     o.preset = "flash-shaped";
-    o.layers = a.layers;
+    o.layers = a.layer_types.empty() ? a.layers : int(a.layer_types.size());
+    o.layer_types = a.layer_types;
     auto c = make_model_config(o);
     if (!c.is_ok()) return fail(c.status());
     cfg = std::make_unique<ModelConfig>(std::move(c).value());
@@ -310,6 +312,7 @@ void register_bench(CLI::App& app, int& exit_code) {
   cmd->add_option("--model", a->model, "checkpoint directory (W4A16)");
   cmd->add_option("--synthetic", a->synthetic, "flash: random weights generated in GPU memory");
   cmd->add_option("--layers", a->layers, "layers of the synthetic model")->capture_default_str();
+  cmd->add_option("--layer-types", a->layer_types, "synthetic: per-layer swa,csa,hca (sets --layers)")->delimiter(',');
   cmd->add_option("--batch", a->batches, "decode batch sizes")->delimiter(',')->capture_default_str();
   cmd->add_option("--context", a->contexts, "context lengths (prefilled first)")->delimiter(',')->capture_default_str();
   cmd->add_option("--decode-steps", a->decode_steps, "timed decode steps per point")->capture_default_str();
