@@ -157,9 +157,13 @@ TEST(OpsHost, MixPlanFitsFlashAndGroupsTokens) {
   EXPECT_EQ(p.tokens_per_block, 7);
   ASSERT_TRUE(plan_mix(0, 4, 4096, 24, p));
   EXPECT_EQ(p.n_groups, 0);
-  // Slice sums must fit in the token's output row: hc (n_mix + 1) <= 128.
+  // A partials block covers 64 columns of D in at most 4 streams, and the slice sums must fit in
+  // the token's output row: n_mix + 1 <= 32.
   EXPECT_FALSE(plan_mix(1, 5, 4096, 35, p));
-  EXPECT_FALSE(plan_mix(1, 4, 4000, 24, p));  // hc*D not a multiple of 256
+  EXPECT_FALSE(plan_mix(1, 4, 4096, 32, p));
+  EXPECT_FALSE(plan_mix(1, 4, 4000, 24, p));  // D not a multiple of 64
+  ASSERT_TRUE(plan_mix(1, 3, 192, 15, p));    // hc 3: 3 slices of 64 columns in each stream
+  EXPECT_EQ(p.n_splits, 3);
   for (int T : {1, 3, 8, 9, 31, 33, 100, 1000, 4097}) {
     ASSERT_TRUE(plan_mix(T, 4, 4096, 24, p));
     EXPECT_GE(p.n_groups * p.tokens_per_block, T) << T;
@@ -186,6 +190,12 @@ TEST(OpsHost, LaunchersValidate) {
   bad.D = 4000;  // not a multiple of 64
   EXPECT_FALSE(hc_pre_norm(fake_bf16, 1, p, fake_f32, bad, fake_bf16, fake_f32, nullptr).is_ok());
   EXPECT_FALSE(hc_post(fake_bf16 + 1, fake_bf16, fake_f32, 1, dims, nullptr).is_ok());  // misaligned X
+  EXPECT_FALSE(hc_post_pre_norm(fake_bf16, nullptr, fake_f32, 1, p, fake_f32, dims, fake_bf16 + 4096, fake_f32, nullptr)
+                   .is_ok());  // null y
+  EXPECT_FALSE(hc_post_pre_norm(fake_bf16, fake_bf16 + 4096, fake_f32, 1, p, fake_f32, dims, fake_bf16 + 4096, fake_f32,
+                                nullptr).is_ok());  // y aliases x (the slice sums)
+  EXPECT_FALSE(hc_post_pre_norm(fake_bf16, fake_bf16 + 4100, fake_f32, 1, p, fake_f32, dims, fake_bf16 + 8192, fake_f32,
+                                nullptr).is_ok());  // misaligned y
   EXPECT_FALSE(hc_head_norm(fake_bf16, nullptr, 1, p, fake_f32, dims, fake_bf16, nullptr).is_ok());  // n_mix 24
   EXPECT_FALSE(rmsnorm_rows(fake_bf16, 1000, 1, 1024, fake_f32, 1e-6f, nullptr).is_ok());  // ld < n
   EXPECT_FALSE(q_norm_rope(fake_bf16, 1, 64, 512, 60, fake_i32, fake_f32, 1e-6f, nullptr).is_ok());  // rope % 8
@@ -322,6 +332,95 @@ TEST(Ops, HcPost) {
       cpu::hc_post(c, m, &y[size_t(t) * D], &X[size_t(t * hcD)], rnd);  // X becomes the reference
     }
     expect_bf16_close(got, X, 1, 1e-4, "hc_post X");
+  }
+}
+
+// ---- hc_post_pre_norm ------------------------------------------------------------------------
+
+// The fused entry against the two calls it replaces (hc_post, then hc_pre_norm: bit for bit) and
+// against the CPU reference (cpu::hc_post, then CpuModel::block's `pre`). As the forward pass
+// calls it, the sublayer's mix and the new mix share one buffer.
+TEST(Ops, HcPostPreNorm) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ModelConfig& c = flash();
+  const int D = c.hidden, hc = c.hc_mult, n_mix = c.hc_mix(), n_mix_out = hc + hc * hc;
+  const int64_t hcD = c.hc_dim();
+  const cpu::Rounder rnd(cpu::Numerics::bf16_gpu());
+  const HcParams hp = random_hc_params(n_mix, 3, hcD, 13);
+  const DeviceHcParams d_hp(hp);
+  const std::vector<float> norm_w = norm_weights(size_t(D), 14);
+  DeviceBuffer d_norm_w = upload_vector(norm_w);
+  for (int T : {1, 7, 64, 333}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    std::vector<float> X = random_bf16_values(T * hcD, 1200 + uint64_t(T), 1.0f);
+    const std::vector<float> y = random_bf16_values(int64_t(T) * D, 1300 + uint64_t(T), 1.0f);
+    // The sublayer's mix as hc_pre produces it: post in (0, 2), comb in (0, 1).
+    std::vector<float> post_mix(size_t(T) * n_mix_out);
+    const std::vector<float> post = uniform(size_t(T) * hc, 0.0f, 2.0f, 1400 + uint64_t(T));
+    const std::vector<float> comb = uniform(size_t(T) * hc * hc, 0.0f, 1.0f, 1500 + uint64_t(T));
+    for (int t = 0; t < T; ++t) {
+      for (int i = 0; i < hc; ++i) post_mix[size_t(t * n_mix_out + i)] = post[size_t(t * hc + i)];
+      for (int i = 0; i < hc * hc; ++i) post_mix[size_t(t * n_mix_out + hc + i)] = comb[size_t(t * hc * hc + i)];
+    }
+    DeviceBuffer d_y = upload_vector(to_bf16(y));
+    // Two calls.
+    DeviceBuffer X2 = upload_vector(to_bf16(X)), mix2 = upload_vector(post_mix);
+    DeviceBuffer x2 = device_alloc(size_t(T) * D * 2);
+    poison(x2);
+    DSV4_ASSERT_OK(hc_post(X2.as<__nv_bfloat16>(), d_y.as<__nv_bfloat16>(), mix2.as<float>(), T, flash_hc_dims(),
+                           nullptr));
+    DSV4_ASSERT_OK(hc_pre_norm(X2.as<__nv_bfloat16>(), T, d_hp.view(), d_norm_w.as<float>(), flash_hc_dims(),
+                               x2.as<__nv_bfloat16>(), mix2.as<float>(), nullptr));
+    // Fused, mix in place.
+    DeviceBuffer X1 = upload_vector(to_bf16(X)), mix1 = upload_vector(post_mix);
+    DeviceBuffer x1 = device_alloc(size_t(T) * D * 2);
+    poison(x1);
+    DSV4_ASSERT_OK(hc_post_pre_norm(X1.as<__nv_bfloat16>(), d_y.as<__nv_bfloat16>(), mix1.as<float>(), T, d_hp.view(),
+                                    d_norm_w.as<float>(), flash_hc_dims(), x1.as<__nv_bfloat16>(), mix1.as<float>(),
+                                    nullptr));
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint16_t> X1h = download<uint16_t>(X1.get(), size_t(T * hcD));
+    const std::vector<uint16_t> X2h = download<uint16_t>(X2.get(), size_t(T * hcD));
+    const std::vector<uint16_t> x1h = download<uint16_t>(x1.get(), size_t(T) * D);
+    const std::vector<uint16_t> x2h = download<uint16_t>(x2.get(), size_t(T) * D);
+    const std::vector<float> mix1h = download<float>(mix1.get(), size_t(T) * n_mix_out);
+    const std::vector<float> mix2h = download<float>(mix2.get(), size_t(T) * n_mix_out);
+    int64_t X_differ = 0, x_differ = 0, mix_differ = 0;
+    for (size_t i = 0; i < X1h.size(); ++i) X_differ += X1h[i] != X2h[i];
+    for (size_t i = 0; i < x1h.size(); ++i) x_differ += x1h[i] != x2h[i];
+    for (size_t i = 0; i < mix1h.size(); ++i) mix_differ += std::memcmp(&mix1h[i], &mix2h[i], 4) != 0;
+    std::printf("  fused vs two calls: X %lld, x %lld, mix %lld values differ\n", (long long)X_differ,
+                (long long)x_differ, (long long)mix_differ);
+    EXPECT_EQ(X_differ, 0) << "X must equal hc_post's bit for bit";
+    EXPECT_EQ(x_differ, 0) << "x must equal hc_pre_norm's bit for bit (same slices, same sums)";
+    EXPECT_EQ(mix_differ, 0) << "mix must equal hc_pre_norm's bit for bit";
+
+    // CPU reference: hc_post (X becomes the reference streams), then hc_pre, rmsnorm and bf16.
+    std::vector<float> ref_x(size_t(T) * D);
+    int64_t mix_bad = 0;
+    double mix_max_err = 0;
+    for (int t = 0; t < T; ++t) {
+      cpu::HcMix pm;
+      pm.post.assign(post.begin() + t * hc, post.begin() + (t + 1) * hc);
+      pm.comb.assign(comb.begin() + t * hc * hc, comb.begin() + (t + 1) * hc * hc);
+      cpu::hc_post(c, pm, &y[size_t(t) * D], &X[size_t(t * hcD)], rnd);
+      cpu::HcMix m;
+      float* xt = &ref_x[size_t(t) * D];
+      cpu::hc_pre(c, hp, &X[size_t(t * hcD)], m, xt, rnd);
+      cpu::rmsnorm(xt, norm_w.data(), D, float(c.norm_eps), xt);
+      rnd.apply(xt, D);
+      const float* g = &mix1h[size_t(t) * n_mix_out];
+      for (int i = 0; i < n_mix_out; ++i) {
+        const float ref = i < hc ? m.post[size_t(i)] : m.comb[size_t(i - hc)];
+        const double err = std::isfinite(g[i]) ? std::fabs(double(g[i]) - ref) : 1e30;
+        mix_max_err = std::max(mix_max_err, err);
+        mix_bad += err > 1e-5 * (1.0 + std::fabs(ref));
+      }
+    }
+    std::printf("  mix: max abs error %.3g\n", mix_max_err);
+    EXPECT_EQ(mix_bad, 0) << "mix (post, comb) beyond 1e-5 (1 + |ref|); max error " << mix_max_err;
+    expect_bf16_close(X1h, X, 1, 1e-4, "hc_post_pre_norm X");                    // as hc_post
+    expect_bf16_close(x1h, ref_x, 2, 3e-3, "hc_post_pre_norm x", 1.0f / 128);  // as hc_pre_norm
   }
 }
 

@@ -1,8 +1,9 @@
-// mhc.cu: hc_pre_norm and hc_head_norm (ops.h), the mHC collapse of the hc residual streams
-// followed by an RMSNorm (cpu::hc_pre / hc_head, then rmsnorm and bf16 as in CpuModel::block's
-// `pre` and head_logits). Two launches, plan in mhc_plan.h:
+// mhc.cu: hc_pre_norm, hc_post_pre_norm and hc_head_norm (ops.h), the mHC collapse of the hc
+// residual streams followed by an RMSNorm (cpu::hc_pre / hc_head, then rmsnorm and bf16 as in
+// CpuModel::block's `pre` and head_logits). Two launches, plan in mhc_plan.h:
 //   1. partials: the fn . v and v . v slice sums of every token (fn read once per token group),
-//      parked in the token's output row x[t];
+//      parked in the token's output row x[t]; hc_post_pre_norm first applies the previous
+//      sublayer's hc_post to the block's columns of X in place (bit-exact with hc_post);
 //   2. finish: one block per token sums the slices; a mixer warp computes rho and pre, then the
 //      post weights and the Sinkhorn comb (mix) while 16 worker warps collapse the streams, round
 //      to bf16 and apply the RMSNorm, overwriting x[t].
@@ -24,34 +25,79 @@ using namespace mhc_detail;
 using namespace ops_detail;
 
 constexpr int kMaxHc = 4;             // register arrays of the finish kernel
+static_assert(kMaxHc == kMixMaxHc, "the partials and the finish kernel cover the same streams");
 constexpr int kFinishWorkers = 512;   // finish threads that collapse: 8 columns per chunk
 constexpr int kFinishChunks = 1;      // D <= 512 * 8 = 4096 (Flash); registers allow 2 blocks per SM
 
 struct MixPartialsArgs {
-  const __nv_bfloat16* X;  // bf16 [*, hc*D] residual streams
-  const int32_t* rows;     // i32 [T] X row of token t; null: t
-  const float* fn;         // f32 [n_mix, hc*D]
-  int hcD, n_mix, T, tokens_per_block;
-  float* partials;         // f32, token t at partials + t * partial_row: [n_splits][n_mix + 1]
-  int64_t partial_row;     // floats between tokens (D / 2: the token's bf16 output row)
+  __nv_bfloat16* X;         // bf16 [*, hc*D] residual streams (updated in place with kPost)
+  const int32_t* rows;      // i32 [T] X row of token t; null: t (always null with kPost)
+  const float* fn;          // f32 [n_mix, hc*D]
+  const __nv_bfloat16* y;   // kPost: bf16 [T, D] sublayer output
+  const float* post_mix;    // kPost: f32 [T, hc + hc*hc] the sublayer's mix (hc_post's)
+  int hc, D, n_mix, T, tokens_per_block;
+  float* partials;          // f32, token t at partials + t * partial_row: [n_splits][n_mix + 1]
+  int64_t partial_row;      // floats between tokens (D / 2: the token's bf16 output row)
 };
 
-// grid (n_splits, n_groups), 64 threads. Thread = 4 columns of the block's 256-column slice;
-// value r < n_mix of a token is fn[r] . v over the slice, value kWidth - 1 is v . v.
-template <int kMaxMix, int kWidth>
+// The X values of one token a thread needs: its own stream's 4 columns, or with kPost those
+// columns in every stream plus y and the thread's post and comb column (hc_post's inputs).
+template <bool kPost>
+struct TokenIn;
+template <>
+struct TokenIn<false> {
+  uint2 x = make_uint2(0, 0);
+};
+template <>
+struct TokenIn<true> {
+  uint2 xs[kMixMaxHc] = {};
+  uint2 y = make_uint2(0, 0);
+  float post = 0.0f;
+  float comb[kMixMaxHc] = {};
+};
+
+__device__ __forceinline__ void unpack_bf16x4(uint2 u, float (&v)[4]) {
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  v[0] = lo.x;
+  v[1] = lo.y;
+  v[2] = hi.x;
+  v[3] = hi.y;
+}
+
+__device__ __forceinline__ uint2 pack_bf16x4(const float (&v)[4]) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]);
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(v[2], v[3]);
+  return make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+}
+
+// grid (n_splits, n_groups), 64 threads. Thread = 4 columns d .. d + 3 of stream k of the
+// block's 64-column slice of D (threads of streams k >= hc only join the reductions); value
+// r < n_mix of a token is fn[r] . v over the block's columns in all streams, value kWidth - 1 is
+// v . v. With kPost the block first applies hc_post to its columns (every stream of them is in
+// this block, so the in-place update races with no other block): the new bf16 values feed the
+// dot products and are stored after the token's barrier, when every thread of the block has
+// read the old ones. The dot products are written as explicit fma chains, so that both variants
+// produce the same bits (hc_post_pre_norm equals hc_post then hc_pre_norm exactly).
+template <int kMaxMix, int kWidth, bool kPost>
 __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsArgs a) {
   static_assert(kMaxMix < kWidth, "one reduction lane is kept for v . v");
   constexpr int kWarps = kMixThreads / 32;
+  constexpr int kThreadsPerStream = kMixSplitDims / 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int split = blockIdx.x;
-  const int64_t col = int64_t(split) * kMixSplitCols + 4 * threadIdx.x;
+  const int k = threadIdx.x / kThreadsPerStream;  // this thread's stream
+  const bool active = k < a.hc;
+  const int d = split * kMixSplitDims + 4 * (threadIdx.x % kThreadsPerStream);
+  const int64_t hcD = int64_t(a.hc) * a.D;
+  const int64_t col = int64_t(k) * a.D + d;  // column in hc*D (only used when active)
 
   // fn stays in registers for all tokens of the group: 1.5 MB per call, read once per group.
   float w[kMaxMix][4];
 #pragma unroll
   for (int r = 0; r < kMaxMix; ++r) {
     float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (r < a.n_mix) f = __ldg(reinterpret_cast<const float4*>(a.fn + int64_t(r) * a.hcD + col));
+    if (active && r < a.n_mix) f = __ldg(reinterpret_cast<const float4*>(a.fn + int64_t(r) * hcD + col));
     w[r][0] = f.x;
     w[r][1] = f.y;
     w[r][2] = f.z;
@@ -60,29 +106,68 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
 
   const int t0 = blockIdx.y * a.tokens_per_block;
   const int t1 = min(a.T, t0 + a.tokens_per_block);
-  auto load_x = [&](int t) {
-    const int64_t row = a.rows != nullptr ? a.rows[t] : t;
-    return *reinterpret_cast<const uint2*>(a.X + row * a.hcD + col);
+  auto load = [&](int t) {
+    TokenIn<kPost> in;
+    if (!active) return in;
+    if constexpr (kPost) {
+      const __nv_bfloat16* xt = a.X + int64_t(t) * hcD + d;
+#pragma unroll
+      for (int j = 0; j < kMixMaxHc; ++j)
+        if (j < a.hc) in.xs[j] = *reinterpret_cast<const uint2*>(xt + int64_t(j) * a.D);
+      in.y = *reinterpret_cast<const uint2*>(a.y + int64_t(t) * a.D + d);
+      const float* m = a.post_mix + int64_t(t) * (a.hc + a.hc * a.hc);  // [post (hc), comb (hc x hc)]
+      in.post = m[k];
+#pragma unroll
+      for (int j = 0; j < kMixMaxHc; ++j)
+        if (j < a.hc) in.comb[j] = m[a.hc + j * a.hc + k];
+    } else {
+      const int64_t row = a.rows != nullptr ? a.rows[t] : t;
+      in.x = *reinterpret_cast<const uint2*>(a.X + row * hcD + col);
+    }
+    return in;
   };
   // Double-buffered so one barrier per token suffices (see the loop).
   __shared__ float red[2][kWarps][kWidth];
-  uint2 next = t0 < t1 ? load_x(t0) : make_uint2(0, 0);
+  TokenIn<kPost> next;
+  if (t0 < t1) next = load(t0);
   for (int t = t0; t < t1; ++t) {
-    const uint2 cur = next;
-    if (t + 1 < t1) next = load_x(t + 1);  // in flight during this token's math
-    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&cur.x));
-    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&cur.y));
+    const TokenIn<kPost> cur = next;
+    if (t + 1 < t1) next = load(t + 1);  // in flight during this token's math
+    float x[4];
+    uint2 x_new = make_uint2(0, 0);
+    if constexpr (kPost) {
+      // cpu::hc_post, in hc_post_kernel's order: bf16(post y + sum_j comb[j][k] X_j).
+      float yv[4], out[4];
+      unpack_bf16x4(cur.y, yv);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) out[e] = __fmul_rn(cur.post, yv[e]);
+#pragma unroll
+      for (int j = 0; j < kMixMaxHc; ++j) {
+        if (j >= a.hc) break;
+        float xj[4];
+        unpack_bf16x4(cur.xs[j], xj);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) out[e] = __fadd_rn(out[e], __fmul_rn(cur.comb[j], xj[e]));
+      }
+      x_new = pack_bf16x4(out);
+      unpack_bf16x4(x_new, x);  // inactive threads: zeros (all inputs zero)
+    } else {
+      unpack_bf16x4(cur.x, x);
+    }
     float v[kWidth];
 #pragma unroll
-    for (int r = 0; r < kMaxMix; ++r) v[r] = w[r][0] * lo.x + w[r][1] * lo.y + w[r][2] * hi.x + w[r][3] * hi.y;
+    for (int r = 0; r < kMaxMix; ++r)
+      v[r] = __fmaf_rn(w[r][3], x[3], __fmaf_rn(w[r][2], x[2], __fmaf_rn(w[r][1], x[1], __fmul_rn(w[r][0], x[0]))));
 #pragma unroll
     for (int r = kMaxMix; r < kWidth - 1; ++r) v[r] = 0.0f;
-    v[kWidth - 1] = lo.x * lo.x + lo.y * lo.y + hi.x * hi.x + hi.y * hi.y;
+    v[kWidth - 1] = __fmaf_rn(x[3], x[3], __fmaf_rn(x[2], x[2], __fmaf_rn(x[1], x[1], __fmul_rn(x[0], x[0]))));
     const float s = warp_reduce_scatter<kWidth>(v, lane);
     // red[buf] is rewritten two tokens later, after every reader passed the next token's barrier.
     const int buf = (t - t0) & 1;
     if (lane < kWidth) red[buf][warp][lane] = s;
+    // Also: every thread has read token t's X (the values above) before any thread stores it.
     __syncthreads();
+    if (kPost && active) *reinterpret_cast<uint2*>(a.X + int64_t(t) * hcD + col) = x_new;
     if (threadIdx.x < kWidth) {
       float total = 0.0f;
 #pragma unroll
@@ -131,6 +216,8 @@ __global__ void __launch_bounds__(kFinishWorkers + 32) mix_finish_kernel(MixFini
   __shared__ float s_part[kWorkerWarps][32];
   __shared__ float s_pre[kMaxHc];
   __shared__ float s_red[32];
+  __shared__ float s_scale[3];
+  __shared__ float s_base[32];
 
   // The streams' loads go out first and overlap the slice sums and the mixer's pre.
   uint4 raw[kFinishChunks][kMaxHc];
@@ -144,6 +231,13 @@ __global__ void __launch_bounds__(kFinishWorkers + 32) mix_finish_kernel(MixFini
         raw[ci][i] = *reinterpret_cast<const uint4*>(a.X + (row * a.hc + i) * a.D + 8 * c);
     }
   }
+  // Meanwhile the mixer parks its parameters in shared memory (read after the first barrier), so
+  // that no global load sits on its serial path (pre, then the Sinkhorn). In registers they would
+  // be live across the barriers next to raw[] and spill.
+  if (mixer) {
+    if (lane < 3) s_scale[lane] = lane < (a.head ? 1 : 3) ? __ldg(a.scale + lane) : 0.0f;
+    if (lane < a.n_mix) s_base[lane] = __ldg(a.base + lane);
+  }
 
   // Slice sums: worker warp w adds slices w, w + 16, ... of value `lane` (value n_mix is v . v);
   // the mixer adds the 16 results in warp order. A fixed order: the result is deterministic.
@@ -151,8 +245,10 @@ __global__ void __launch_bounds__(kFinishWorkers + 32) mix_finish_kernel(MixFini
   if (!mixer) {
     const float* part = reinterpret_cast<const float*>(a.x) + int64_t(t) * a.partial_row;
     float acc = 0.0f;
-    if (lane <= a.n_mix)
+    if (lane <= a.n_mix) {
+#pragma unroll 4
       for (int s = warp; s < a.n_splits; s += kWorkerWarps) acc += part[s * stride + lane];
+    }
     s_part[warp][lane] = acc;
   }
   // Also orders every read of the partials (in x[t]) before the workers overwrite x[t].
@@ -166,7 +262,7 @@ __global__ void __launch_bounds__(kFinishWorkers + 32) mix_finish_kernel(MixFini
     const float ss = __shfl_sync(kFullMask, acc, a.n_mix);
     const float rho = 1.0f / sqrtf(ss / float(a.hc * a.D) + a.norm_eps);
     mu = __fmul_rn(acc, rho);
-    if (lane < a.hc) s_pre[lane] = sigmoid_dev(__fadd_rn(__fmul_rn(mu, a.scale[0]), a.base[lane])) + a.hc_eps;
+    if (lane < a.hc) s_pre[lane] = sigmoid_dev(__fadd_rn(__fmul_rn(mu, s_scale[0]), s_base[lane])) + a.hc_eps;
   }
   __syncthreads();  // s_pre is ready; the last barrier the mixer takes part in
 
@@ -176,8 +272,8 @@ __global__ void __launch_bounds__(kFinishWorkers + 32) mix_finish_kernel(MixFini
     const float mu_post = __shfl_sync(kFullMask, mu, (hc + lane) & 31);
     const float mu_comb = __shfl_sync(kFullMask, mu, (2 * hc + lane) & 31);
     float* mix_t = a.mix + int64_t(t) * (hc + hc * hc);
-    if (lane < hc) mix_t[lane] = 2.0f * sigmoid_dev(__fadd_rn(__fmul_rn(mu_post, a.scale[1]), a.base[hc + lane]));
-    const float logit = lane < hc * hc ? __fadd_rn(__fmul_rn(mu_comb, a.scale[2]), a.base[2 * hc + lane]) : 0.0f;
+    if (lane < hc) mix_t[lane] = 2.0f * sigmoid_dev(__fadd_rn(__fmul_rn(mu_post, s_scale[1]), s_base[hc + lane]));
+    const float logit = lane < hc * hc ? __fadd_rn(__fmul_rn(mu_comb, s_scale[2]), s_base[2 * hc + lane]) : 0.0f;
     const float comb = sinkhorn_warp(logit, hc, a.sinkhorn_iters, a.hc_eps, lane);
     if (lane < hc * hc) mix_t[hc + lane] = comb;
     return;
@@ -228,13 +324,26 @@ __global__ void __launch_bounds__(kFinishWorkers + 32) mix_finish_kernel(MixFini
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// Shared validation and the two launches; `head` selects hc_head_norm's variant.
-Status launch_hc_mix(const char* name, const __nv_bfloat16* X, const int32_t* rows, int T, const HcParamsView& p,
-                     const float* norm_w, const HcDims& d, bool head, __nv_bfloat16* x, float* mix,
+// hc_post inputs of hc_post_pre_norm (null y: plain hc_pre_norm / hc_head_norm).
+struct PostIn {
+  const __nv_bfloat16* y = nullptr;  // bf16 [T, D]
+  const float* mix = nullptr;        // f32 [T, hc + hc*hc]
+};
+
+// Shared validation and the two launches; `head` selects hc_head_norm's variant, post.y
+// hc_post_pre_norm's (X is then written).
+Status launch_hc_mix(const char* name, __nv_bfloat16* X, const int32_t* rows, int T, const HcParamsView& p,
+                     const float* norm_w, const HcDims& d, bool head, const PostIn& post, __nv_bfloat16* x, float* mix,
                      cudaStream_t stream) {
   if (X == nullptr || p.fn == nullptr || p.base == nullptr || p.scale == nullptr || norm_w == nullptr || x == nullptr ||
       (!head && mix == nullptr))
     return invalid_argument("{}: null pointer", name);
+  const bool fused = post.y != nullptr;
+  if (fused) {
+    if (post.mix == nullptr) return invalid_argument("{}: null pointer", name);
+    if (!aligned16(post.y)) return invalid_argument("{}: y must be 16-byte aligned", name);
+    if (post.y == x) return invalid_argument("{}: y must not alias x (x holds the slice sums)", name);
+  }
   if (d.hc < 1 || d.hc > kMaxHc || d.D < 64 || d.D % 64 != 0 || d.D > 8 * kFinishWorkers * kFinishChunks)
     return invalid_argument("{}: hc {} must be in 1..{} and D {} a multiple of 64 up to {}", name, d.hc, kMaxHc, d.D,
                             8 * kFinishWorkers * kFinishChunks);
@@ -246,18 +355,21 @@ Status launch_hc_mix(const char* name, const __nv_bfloat16* X, const int32_t* ro
     return invalid_argument("{}: X, fn, norm_w and x must be 16-byte aligned", name);
   MixPlan plan;
   if (!plan_mix(T, d.hc, d.D, n_mix, plan))
-    return invalid_argument("{}: no mix plan for hc {}, D {} (hc*D a multiple of 256, partials fit in a row)", name,
-                            d.hc, d.D);
+    return invalid_argument("{}: no mix plan for hc {}, D {} (D a multiple of 64, partials fit in a row)", name, d.hc,
+                            d.D);
   if (T == 0) return Status::ok();
 
   float* partials = reinterpret_cast<float*>(x);
   const int64_t partial_row = d.D / 2;
-  const MixPartialsArgs pa{X, rows, p.fn, d.hc * d.D, n_mix, T, plan.tokens_per_block, partials, partial_row};
+  const MixPartialsArgs pa{X,    rows, p.fn, post.y, post.mix, d.hc, d.D, n_mix, T, plan.tokens_per_block,
+                           partials, partial_row};
   const dim3 grid(plan.n_splits, plan.n_groups);
   if (head)
-    mix_partials_kernel<kMaxHc, 8><<<grid, kMixThreads, 0, stream>>>(pa);
+    mix_partials_kernel<kMaxHc, 8, false><<<grid, kMixThreads, 0, stream>>>(pa);
+  else if (fused)
+    mix_partials_kernel<(2 + kMaxHc) * kMaxHc, 32, true><<<grid, kMixThreads, 0, stream>>>(pa);
   else
-    mix_partials_kernel<(2 + kMaxHc) * kMaxHc, 32><<<grid, kMixThreads, 0, stream>>>(pa);
+    mix_partials_kernel<(2 + kMaxHc) * kMaxHc, 32, false><<<grid, kMixThreads, 0, stream>>>(pa);
   DSV4_RETURN_IF_ERROR(last_launch_status(name));
 
   const MixFinishArgs fa{X,     rows,    p.base, p.scale, norm_w, d.hc, d.D,    n_mix, plan.n_splits, d.sinkhorn_iters,
@@ -270,12 +382,23 @@ Status launch_hc_mix(const char* name, const __nv_bfloat16* X, const int32_t* ro
 
 Status hc_pre_norm(const __nv_bfloat16* X, int T, const HcParamsView& p, const float* norm_w, const HcDims& dims,
                    __nv_bfloat16* x, float* mix, cudaStream_t stream) {
-  return launch_hc_mix("hc_pre_norm", X, nullptr, T, p, norm_w, dims, /*head=*/false, x, mix, stream);
+  // X is only read without a PostIn.
+  return launch_hc_mix("hc_pre_norm", const_cast<__nv_bfloat16*>(X), nullptr, T, p, norm_w, dims, /*head=*/false,
+                       PostIn{}, x, mix, stream);
+}
+
+Status hc_post_pre_norm(__nv_bfloat16* X, const __nv_bfloat16* y, const float* post_mix, int T,
+                        const HcParamsView& p, const float* norm_w, const HcDims& dims, __nv_bfloat16* x, float* mix,
+                        cudaStream_t stream) {
+  if (y == nullptr || post_mix == nullptr) return invalid_argument("hc_post_pre_norm: null pointer");
+  return launch_hc_mix("hc_post_pre_norm", X, nullptr, T, p, norm_w, dims, /*head=*/false, PostIn{y, post_mix}, x, mix,
+                       stream);
 }
 
 Status hc_head_norm(const __nv_bfloat16* X, const int32_t* rows, int n, const HcParamsView& p, const float* norm_w,
                     const HcDims& dims, __nv_bfloat16* x, cudaStream_t stream) {
-  return launch_hc_mix("hc_head_norm", X, rows, n, p, norm_w, dims, /*head=*/true, x, nullptr, stream);
+  return launch_hc_mix("hc_head_norm", const_cast<__nv_bfloat16*>(X), rows, n, p, norm_w, dims, /*head=*/true,
+                       PostIn{}, x, nullptr, stream);
 }
 
 }  // namespace dsv4::cuda

@@ -47,6 +47,15 @@ Status hc_pre_norm(const __nv_bfloat16* X, int T, const HcParamsView& p, const f
 Status hc_post(__nv_bfloat16* X, const __nv_bfloat16* y, const float* mix, int T, const HcDims& dims,
                cudaStream_t stream);
 
+// hc_post then hc_pre_norm of the updated streams (the attention sublayer's HCPost and the FFN
+// sublayer's HCPre + RMSNorm, or the FFN's HCPost and the next layer's HCPre) in two launches
+// instead of three, with the same results bit for bit: X is updated in place as by
+// hc_post(X, y, post_mix), then x and mix are written as by hc_pre_norm(X, ...). post_mix may be
+// the same buffer as mix (it is read before mix is written); y must not overlap x or X.
+Status hc_post_pre_norm(__nv_bfloat16* X, const __nv_bfloat16* y, const float* post_mix, int T,
+                        const HcParamsView& p, const float* norm_w, const HcDims& dims, __nv_bfloat16* x, float* mix,
+                        cudaStream_t stream);
+
 // HC head + final norm for selected rows (cpu::CpuModel::head_logits before the LM head):
 // x[i] = bf16(rmsnorm(hc_head(X[rows[i]]), norm_w)); rows: i32 [n] (device), null = rows 0..n-1.
 Status hc_head_norm(const __nv_bfloat16* X, const int32_t* rows, int n, const HcParamsView& p, const float* norm_w,
