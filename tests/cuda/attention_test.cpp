@@ -353,6 +353,7 @@ DeviceBuffer upload_or_empty(const std::vector<T>& v) {
 struct GpuRun {
   std::vector<float> o;  // bf16 values [n_tokens, H, 512]
   int splits = 0;
+  int head_groups = 0;  // 16-head groups per block (4 or 1)
 };
 
 GpuRun run_gpu(const Scenario& s, const ad::AttentionDiagnosticLaunch& diag = {}) {
@@ -395,7 +396,8 @@ GpuRun run_gpu(const Scenario& s, const ad::AttentionDiagnosticLaunch& diag = {}
   DSV4_CHECK(ws.is_ok(), "AttentionWorkspace::create: {}", ws.status().to_string());
   const Status st = ad::sparse_attention_diagnostic(b, q.as<__nv_bfloat16>(), kv,
                                                     s.layer == Layer::kCsa ? selected.as<int32_t>() : nullptr, p,
-                                                    ws.value(), o.as<__nv_bfloat16>(), nullptr, diag, &r.splits);
+                                                    ws.value(), o.as<__nv_bfloat16>(), nullptr, diag, &r.splits,
+                                                    &r.head_groups);
   DSV4_CHECK(st.is_ok(), "sparse_attention: {}", st.to_string());
   DSV4_CUDA_CHECK(cudaDeviceSynchronize());
   r.o = from_bf16(download<uint16_t>(o.get(), size_t(s.n_tokens) * s.H * kD));
@@ -415,7 +417,9 @@ void expect_matches(const std::vector<float>& gpu, int splits, const std::vector
 }
 void expect_matches(const GpuRun& g, const std::vector<double>& ref, const std::vector<double>& tol, int row_size,
                     const char* what) {
-  expect_matches(g.o, g.splits, ref, tol, row_size, what);
+  char label[160];
+  std::snprintf(label, sizeof(label), "%s [%d head groups per block]", what, g.head_groups);
+  expect_matches(g.o, g.splits, ref, tol, row_size, label);
 }
 
 // ---- CPU-only tests: host plan, record decode, argument validation ----
@@ -424,21 +428,41 @@ TEST(AttentionPlan, SplitsFillTheGpuWithinBounds) {
   const int csa = ad::expected_keys(kW, 4, true, kTopk), hca = ad::expected_keys(kW, 128, false, kTopk);
   EXPECT_EQ(csa, kW + kTopk);
   EXPECT_EQ(ad::expected_keys(kW, 0, false, kTopk), kW);
-  EXPECT_EQ(ad::choose_splits(1, csa, 132), csa / ad::kMinKeysPerSplit);  // key-limited at batch 1
-  EXPECT_EQ(ad::choose_splits(1, hca, 132), ad::kMaxSplits);
-  EXPECT_EQ(ad::choose_splits(32, csa, 132), 5);  // ceil(132 / 32)
-  EXPECT_EQ(ad::choose_splits(132, csa, 132), 1);
-  EXPECT_EQ(ad::choose_splits(4096, hca, 132), 1);
-  for (int n = 1; n <= 300; ++n) {
-    const int s = ad::choose_splits(n, hca, 82);
-    EXPECT_GE(s, 1);
-    EXPECT_LE(s, ad::kMaxSplits);
-    if (s > 1) {
-      EXPECT_LE(int64_t(n) * s, ad::max_partials(300, 82)) << n;
+  auto plan_is = [](const ad::LaunchPlan& p, int head_groups, int head_blocks, int splits) {
+    EXPECT_EQ(p.head_groups, head_groups);
+    EXPECT_EQ(p.head_blocks, head_blocks);
+    EXPECT_EQ(p.splits, splits);
+  };
+  // Batch 1, 64 heads: one block per 16 heads, splits of one 32-key tile (20 x 4 = 80 blocks).
+  plan_is(ad::choose_plan(1, 64, csa, 132), 1, 4, csa / ad::kMinKeysPerSplitGroup);
+  plan_is(ad::choose_plan(1, 64, hca, 132), 1, 4, ad::kMaxSplits);
+  plan_is(ad::choose_plan(1, 64, kW, 132), 1, 4, kW / ad::kMinKeysPerSplitGroup);
+  plan_is(ad::choose_plan(32, 64, csa, 132), 1, 4, 2);  // 2 x 132 blocks / (32 rows x 4 head blocks)
+  plan_is(ad::choose_plan(34, 64, csa, 132), 4, 1, 4);  // 136 > 132: all heads per block, ceil(132 / 34)
+  plan_is(ad::choose_plan(132, 64, csa, 132), 4, 1, 1);
+  plan_is(ad::choose_plan(4096, 64, hca, 132), 4, 1, 1);
+  plan_is(ad::choose_plan(1, 64, csa, 132, 4), 4, 1, csa / ad::kMinKeysPerSplit);  // forced: the old plan
+  plan_is(ad::choose_plan(1, 8, csa, 132), 1, 1, csa / ad::kMinKeysPerSplitGroup);  // a TP8 rank
+  plan_is(ad::choose_plan(32, 8, csa, 132), 1, 1, 8);
+  plan_is(ad::choose_plan(4096, 8, csa, 132), 1, 1, 1);
+  plan_is(ad::choose_plan(1, 48, csa, 132), 1, 3, 20);
+  plan_is(ad::choose_plan(100, 48, csa, 132), 4, 1, 2);
+  for (const int H : {64, 48, 8})
+    for (int n = 1; n <= 300; ++n) {
+      const int s = ad::choose_splits(n, H, hca, 82);
+      EXPECT_GE(s, 1);
+      EXPECT_LE(s, ad::kMaxSplits);
+      if (s > 1) {
+        EXPECT_LE(int64_t(n) * s, ad::max_partials(300, H, 82)) << n;
+      }
+      const int s4 = ad::choose_plan(n, H, hca, 82, 4).splits;  // forced variants fit too
+      if (s4 > 1) {
+        EXPECT_LE(int64_t(n) * s4, ad::max_partials(300, H, 82)) << n;
+      }
     }
-  }
-  EXPECT_EQ(ad::max_partials(1, 132), ad::kMaxSplits);
-  EXPECT_EQ(ad::max_partials(200, 132), 262);  // 131 rows x 2 splits
+  EXPECT_EQ(ad::max_partials(1, 64, 132), ad::kMaxSplits);
+  EXPECT_EQ(ad::max_partials(200, 64, 132), 262);  // 131 rows x 2 splits
+  EXPECT_EQ(ad::max_partials(200, 8, 132), 264);   // 132 rows x 2 splits (one group per block)
 }
 
 TEST(AttentionPlan, SharedMemoryFitsBothArchitectures) {
@@ -446,6 +470,11 @@ TEST(AttentionPlan, SharedMemoryFitsBothArchitectures) {
   EXPECT_EQ(ad::choose_key_tile(64, kTopk, kSm90), 32);
   EXPECT_EQ(ad::choose_key_tile(64, kTopk, kSm86), 16);  // 64 KB of queries leave room for 16 keys
   EXPECT_EQ(ad::choose_key_tile(8, kTopk, kSm86), 32);
+  EXPECT_EQ(ad::choose_key_tile(ad::block_heads(64, 1), kTopk, kSm86), 32);  // one group per block
+  EXPECT_EQ(ad::block_heads(64, 1), 16);
+  EXPECT_EQ(ad::block_heads(64, 4), 64);
+  EXPECT_EQ(ad::block_heads(8, 4), 8);
+  EXPECT_LE(ad::smem_bytes(32, 16, ad::kMaxTopk), kSm86);
   EXPECT_EQ(ad::choose_key_tile(64, 0, kSm86), 16);
   EXPECT_LE(ad::smem_bytes(16, 64, ad::kMaxTopk), kSm86);
   EXPECT_EQ(ad::partial_floats(64) % 4, 0);
@@ -531,11 +560,17 @@ TEST_P(AttentionGpu, MixedBatchMatchesReference) {
   expect_matches(run_gpu(s), ref, tol, H * kD, "mixed batch");
   // sm_86's 16-key tile (chosen there when 64 heads leave no room for 32) on this GPU.
   expect_matches(run_gpu(s, {16, 0}), ref, tol, H * kD, "mixed batch, 16-key tiles");
+  // One block per 16 heads (the small-batch variant; H = 8 picks it anyway) and all heads per
+  // block, one split each: padding rows zeroed per head block.
+  expect_matches(run_gpu(s, {0, 1, 1}), ref, tol, H * kD, "mixed batch, one group per block");
+  expect_matches(run_gpu(s, {16, 0, 1}), ref, tol, H * kD, "mixed batch, one group per block, 16-key tiles");
+  expect_matches(run_gpu(s, {0, 1, 4}), ref, tol, H * kD, "mixed batch, all heads per block");
 }
 
 // One long decode row alone (batch 1: the most splits) and inside a batch of 32 decode rows at
 // scattered positions plus 2 padding rows (fewer splits; the combine kernel zeroes padding), with forced split counts
-// 1, 3 and 4 and both key tiles: every result matches the reference, so none depends on how the keys were split.
+// 1, 2, 3, 4, 5 and 32, both key tiles and both head-group variants (all heads per block, one block per 16 heads):
+// every result matches the reference, so none depends on how the keys or heads were split.
 TEST_P(AttentionGpu, ResultsDoNotDependOnSplits) {
   DSV4_SKIP_WITHOUT_GPU();
   const auto [layer, H] = GetParam();
@@ -550,9 +585,12 @@ TEST_P(AttentionGpu, ResultsDoNotDependOnSplits) {
   expect_matches(batch, ref, tol, H * kD, "batch of 32");
   for (const ad::AttentionDiagnosticLaunch d :
        {ad::AttentionDiagnosticLaunch{0, 1}, ad::AttentionDiagnosticLaunch{16, 3},
-        ad::AttentionDiagnosticLaunch{32, 4}}) {
-    char what[64];
-    std::snprintf(what, sizeof(what), "batch of 32, key tile %d (0: auto)", d.key_tile);
+        ad::AttentionDiagnosticLaunch{32, 4}, ad::AttentionDiagnosticLaunch{0, 2, 1},
+        ad::AttentionDiagnosticLaunch{16, 5, 1}, ad::AttentionDiagnosticLaunch{32, 1, 1},
+        ad::AttentionDiagnosticLaunch{0, 3, 4}}) {
+    char what[96];
+    std::snprintf(what, sizeof(what), "batch of 32, key tile %d (0: auto), head groups %d (0: auto)", d.key_tile,
+                  d.head_groups);
     expect_matches(run_gpu(s, d), ref, tol, H * kD, what);
   }
 
@@ -564,6 +602,11 @@ TEST_P(AttentionGpu, ResultsDoNotDependOnSplits) {
   ASSERT_TRUE(std::equal(ref1.begin(), ref1.end(), ref.begin() + 7 * int64_t(row)));
   const GpuRun alone = run_gpu(one);
   expect_matches(alone, ref1, tol1, H * kD, "row 7 alone");
+  // The other variants of the row alone: all heads per block, and the most splits (32: most of
+  // them empty below 32 x 32 keys) with one group per block and 16-key tiles.
+  expect_matches(run_gpu(one, {0, 0, 4}), ref1, tol1, H * kD, "row 7 alone, all heads per block");
+  expect_matches(run_gpu(one, {16, ad::kMaxSplits, 1}), ref1, tol1, H * kD, "row 7 alone, 32 splits");
+  expect_matches(run_gpu(one, {32, ad::kMaxSplits, 4}), ref1, tol1, H * kD, "row 7 alone, 32 splits, all heads");
   // And the two GPU results of that row agree with each other (each is within tol of the same
   // reference, so within 2 tol of each other).
   const std::vector<double> batch_row(batch.o.begin() + 7 * int64_t(row), batch.o.begin() + 8 * int64_t(row));

@@ -1,6 +1,6 @@
 // attention.cu: sparse_attention's workspace and launcher: validates the arguments, picks the key
-// tile (shared memory) and the split count from the launch shape only (attention_plan.h), then
-// runs the split kernel and, with more than one split, the combine kernel.
+// tile (shared memory), the head blocks and the split count from the launch shape only
+// (attention_plan.h), then runs the split kernel and, with more than one split, the combine kernel.
 #include <algorithm>
 #include <cmath>
 
@@ -19,7 +19,7 @@ Result<AttentionWorkspace> AttentionWorkspace::create(int max_tokens, int n_head
     return invalid_argument("AttentionWorkspace: bad sizes (tokens {}, heads {} of 1..{}, head dim {}; must be {})",
                             max_tokens, n_heads, kMaxHeads, head_dim, kHeadDim);
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
-  const int64_t floats = max_partials(max_tokens, dev->n_sms) * partial_floats(n_heads);
+  const int64_t floats = max_partials(max_tokens, n_heads, dev->n_sms) * partial_floats(n_heads);
   AttentionWorkspace ws;
   DSV4_ASSIGN_OR_RETURN(ws.buf_, DeviceBuffer::create(size_t(std::max<int64_t>(floats, 64)) * sizeof(float)));
   ws.max_tokens_ = max_tokens;
@@ -36,7 +36,7 @@ namespace attention_detail {
 Status sparse_attention_diagnostic(const StepBatchView& b, const __nv_bfloat16* q, const LayerKvView& kv,
                                    const int32_t* selected, const AttentionParams& p, AttentionWorkspace& ws,
                                    __nv_bfloat16* o, cudaStream_t stream, const AttentionDiagnosticLaunch& diag,
-                                   int* chosen_splits) {
+                                   int* chosen_splits, int* chosen_head_groups) {
   auto aligned = [](const void* ptr, uintptr_t n) { return (reinterpret_cast<uintptr_t>(ptr) & (n - 1)) == 0; };
   const int n = b.n_tokens, H = p.n_heads;
   if (n < 0 || n > ws.max_tokens() || n > 65535)
@@ -73,24 +73,30 @@ Status sparse_attention_diagnostic(const StepBatchView& b, const __nv_bfloat16* 
   if (n == 0) return Status::ok();
 
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
+  if (diag.head_groups != 0 && diag.head_groups != 1 && diag.head_groups != 4)
+    return invalid_argument("sparse_attention: diagnostic head groups per block {} (1 or 4)", diag.head_groups);
+  const LaunchPlan plan = choose_plan(n, H, expected_keys(kv.window_size, kv.ratio, selected != nullptr, p.topk),
+                                      dev->n_sms, diag.head_groups);
   const int topk_smem = selected != nullptr ? p.topk : 0;
-  const int key_tile = diag.key_tile != 0 ? diag.key_tile : choose_key_tile(H, topk_smem, dev->smem_optin_bytes);
-  if (key_tile == 0 || smem_bytes(key_tile, H, topk_smem) > dev->smem_optin_bytes)
-    return invalid_argument("sparse_attention: {} heads (top-k {}) need {} bytes of shared memory; {} allows {}", H,
-                            topk_smem, smem_bytes(key_tile == 0 ? 16 : key_tile, H, topk_smem), dev->name,
+  const int bh = block_heads(H, plan.head_groups);
+  const int key_tile = diag.key_tile != 0 ? diag.key_tile : choose_key_tile(bh, topk_smem, dev->smem_optin_bytes);
+  if (key_tile == 0 || smem_bytes(key_tile, bh, topk_smem) > dev->smem_optin_bytes)
+    return invalid_argument("sparse_attention: {} heads per block (top-k {}) need {} bytes of shared memory; {} allows {}",
+                            bh, topk_smem, smem_bytes(key_tile == 0 ? 16 : key_tile, bh, topk_smem), dev->name,
                             dev->smem_optin_bytes);
   const int64_t fit = int64_t(ws.bytes() / sizeof(float)) / (int64_t(n) * partial_floats(H));
   int splits = diag.splits;
   if (splits == 0) {
-    splits = choose_splits(n, expected_keys(kv.window_size, kv.ratio, selected != nullptr, p.topk), dev->n_sms);
+    splits = plan.splits;
     // A workspace made for another device (fewer SMs) may hold fewer partials: split less.
     splits = int(std::min<int64_t>(splits, fit));
     if (splits < 2) splits = 1;
-  } else if (splits < 0 || splits > 65535 || (splits > 1 && splits > fit)) {
-    return invalid_argument("sparse_attention: diagnostic split count {} (the workspace holds {} per row)", splits,
-                            fit);
+  } else if (splits < 0 || splits > kMaxSplits || (splits > 1 && splits > fit)) {
+    return invalid_argument("sparse_attention: diagnostic split count {} (at most {}; the workspace holds {} per row)",
+                            splits, kMaxSplits, fit);
   }
   if (chosen_splits != nullptr) *chosen_splits = splits;
+  if (chosen_head_groups != nullptr) *chosen_head_groups = plan.head_groups;
 
   SplitKernelArgs a;
   a.n_tokens = n;
@@ -117,7 +123,8 @@ Status sparse_attention_diagnostic(const StepBatchView& b, const __nv_bfloat16* 
   a.partials = splits > 1 ? static_cast<float*>(ws.data()) : nullptr;
   a.o = o;
   const bool pdl = pdl_supported(*dev);
-  DSV4_RETURN_IF_ERROR(launch_split_kernel(a, key_tile, smem_bytes(key_tile, H, topk_smem), stream, pdl));
+  DSV4_RETURN_IF_ERROR(launch_split_kernel(a, key_tile, plan.head_groups, plan.head_blocks,
+                                           smem_bytes(key_tile, bh, topk_smem), stream, pdl));
   if (splits == 1) return Status::ok();
 
   CombineKernelArgs c;

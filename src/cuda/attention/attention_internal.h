@@ -1,5 +1,6 @@
 // attention_internal.h: the two kernels of sparse_attention as its launcher (attention.cu) sees
-// them: the split kernel (attention_split.cu: softmax over one slice of a row's keys, all heads)
+// them: the split kernel (attention_split.cu: softmax over one slice of a row's keys for one block
+// of heads)
 // and the combine kernel (attention_combine.cu: merges the slices, adds the sink, normalizes and
 // inverse-rotates). Not a public header.
 #pragma once
@@ -39,7 +40,7 @@ struct SplitKernelArgs {
   const float* sink = nullptr;      // f32 [H]
   const float* inv_freq = nullptr;  // f32 [32]
 
-  int n_splits = 1;                // grid.x; 1: the split kernel finishes the rows itself
+  int n_splits = 1;                // grid.x; 1: the split kernel finishes the rows itself (grid.z: head blocks)
   float* partials = nullptr;       // f32 [n_tokens * n_splits][partial_floats(H)] when n_splits > 1
   __nv_bfloat16* o = nullptr;      // bf16 [n_tokens, H, 512] when n_splits == 1
 };
@@ -57,23 +58,26 @@ struct CombineKernelArgs {
 };
 
 // Diagnostic launch choices for tests and benchmarks (0 = what sparse_attention picks): the key
-// tile (32 or 16, e.g. to run sm_86's tile on an H200) and the split count (must fit the
-// workspace).
+// tile (32 or 16, e.g. to run sm_86's tile on an H200), the split count (must fit the workspace)
+// and the head groups per block (4: all heads of a row in one block, 1: one block per 16 heads).
 struct AttentionDiagnosticLaunch {
   int key_tile = 0;
   int splits = 0;
+  int head_groups = 0;
 };
 
 // sparse_attention with the launch choices overridden where `diag` says so. *chosen_splits, when
-// not null, receives the split count used.
+// not null, receives the split count used; *chosen_head_groups the head groups per block.
 Status sparse_attention_diagnostic(const StepBatchView& b, const __nv_bfloat16* q, const LayerKvView& kv,
                                    const int32_t* selected, const AttentionParams& p, AttentionWorkspace& ws,
                                    __nv_bfloat16* o, cudaStream_t stream, const AttentionDiagnosticLaunch& diag,
-                                   int* chosen_splits = nullptr);
+                                   int* chosen_splits = nullptr, int* chosen_head_groups = nullptr);
 
-// Grid (n_splits, n_tokens) of kThreads; smem from smem_bytes(key_tile, H, topk or 0). key_tile
-// is 32 or 16 (choose_key_tile).
-Status launch_split_kernel(const SplitKernelArgs& a, int key_tile, size_t smem, cudaStream_t stream, bool pdl);
+// Grid (n_splits, n_tokens, head_blocks) of kThreads; a block holds head_groups (4 or 1) groups of
+// 16 heads; smem from smem_bytes(key_tile, block_heads(H, head_groups), topk or 0). key_tile is 32
+// or 16 (choose_key_tile).
+Status launch_split_kernel(const SplitKernelArgs& a, int key_tile, int head_groups, int head_blocks, size_t smem,
+                           cudaStream_t stream, bool pdl);
 // Grid (H, n_tokens) of 128 threads.
 Status launch_combine_kernel(const CombineKernelArgs& a, cudaStream_t stream, bool pdl);
 

@@ -11,19 +11,38 @@ int expected_keys(int window, int ratio, bool has_selected, int topk) {
   return window + (has_selected ? topk : kHcaExpectedEntries);
 }
 
-int choose_splits(int n_tokens, int expected_keys, int n_sms) {
-  if (n_tokens < 1) return 1;
-  const int fill = ceil_div(std::max(n_sms, 1), n_tokens);
-  const int useful = std::max(1, expected_keys / kMinKeysPerSplit);
-  return std::clamp(std::min(fill, useful), 1, kMaxSplits);
+LaunchPlan choose_plan(int n_tokens, int n_heads, int expected_keys, int n_sms, int force_head_groups) {
+  LaunchPlan p;
+  const int groups = ceil_div(std::max(n_heads, 1), 16);
+  n_sms = std::max(n_sms, 1);
+  const bool small = groups == 1 || int64_t(n_tokens) * groups <= n_sms;
+  p.head_groups = force_head_groups != 0 ? force_head_groups : small ? 1 : 4;
+  p.head_blocks = ceil_div(groups, p.head_groups);
+  if (n_tokens < 1) return p;
+  int fill = 0, useful = 0;
+  if (p.head_groups == 1) {
+    const int64_t row_blocks = int64_t(n_tokens) * p.head_blocks;
+    fill = int(std::min<int64_t>(kMaxSplits, int64_t(kGroupBlocksPerSm) * n_sms / row_blocks));
+    useful = expected_keys / kMinKeysPerSplitGroup;
+  } else {
+    fill = ceil_div(n_sms, n_tokens);
+    useful = expected_keys / kMinKeysPerSplit;
+  }
+  p.splits = std::clamp(std::min(fill, useful), 1, kMaxSplits);
+  return p;
 }
 
-int64_t max_partials(int max_tokens, int n_sms) {
+int choose_splits(int n_tokens, int n_heads, int expected_keys, int n_sms) {
+  return choose_plan(n_tokens, n_heads, expected_keys, n_sms).splits;
+}
+
+int64_t max_partials(int max_tokens, int n_heads, int n_sms) {
   int64_t most = 0;
-  for (int n = 1; n <= max_tokens; ++n) {
-    const int s = choose_splits(n, kMaxSplits * kMinKeysPerSplit, n_sms);
+  // Beyond 2 kGroupBlocksPerSm n_sms rows neither variant splits; stop there.
+  const int last = std::min(max_tokens, 2 * kGroupBlocksPerSm * std::max(n_sms, 1) + 1);
+  for (int n = 1; n <= last; ++n) {
+    const int s = choose_splits(n, n_heads, kMaxSplits * kMinKeysPerSplit, n_sms);
     if (s > 1) most = std::max(most, int64_t(n) * s);
-    if (s == 1) break;  // splits only shrink as the batch grows
   }
   return most;
 }
@@ -32,7 +51,7 @@ size_t smem_bytes(int key_tile, int n_heads, int topk) {
   const size_t groups = size_t(ceil_div(n_heads, 16));
   const size_t q = groups * 16 * kHeadDim * 2;
   const size_t k = size_t(key_tile) * kHeadDim * 2;
-  const size_t x = groups * 2 * 16 * size_t(key_tile) * 4;
+  const size_t x = 8 * 16 * size_t(key_tile) * 4;
   const size_t sel = size_t(std::max(topk, 0)) * 4;
   return q + k + x + (sel + 15) / 16 * 16 + 64;
 }

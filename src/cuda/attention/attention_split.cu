@@ -1,13 +1,15 @@
-// attention_split.cu: the split kernel of sparse_attention. One block per (row, split) holds the
-// row's query for all H heads in shared memory and walks its slice of the row's keys in tiles of
-// NK keys: the tile's 584-byte records are decoded once (fp8 -> bf16) into shared memory and used
-// by every head, S = Q K^T and O += P V run on mma.sync with an online softmax in fp32.
+// attention_split.cu: the split kernel of sparse_attention. One block per (split, row, head block)
+// holds the row's query for HG groups of 16 heads (HG = 4: up to 64 heads; HG = 1: one group) in
+// shared memory and walks its slice of the row's keys in tiles of NK keys: the tile's 584-byte
+// records are decoded once (fp8 -> bf16) into shared memory and used by the block's heads,
+// S = Q K^T and O += P V run on mma.sync with an online softmax in fp32.
 //
-// Warp w = (head group g = w / 2: heads 16 g .. 16 g + 15, dim half hf = w % 2: dims 256 hf ..).
-// Both products split over the dim half: QK^T gives each warp a partial S over its 256 dims, the
-// pair adds the two partials through shared memory (so both hold the same S, the same softmax
-// state and the same P), and P.V accumulates the warp's 16 x 256 slice of O in registers. So a
-// warp only ever reads its own half of the key tile, and O needs 128 registers per thread.
+// Warp w = (head group g = w / DS: heads 16 g .. 16 g + 15 of the block, dim slice ds = w % DS:
+// dims ds 512 / DS ..), DS = 8 / HG (2 or 8). Both products split over the dim slice: QK^T gives
+// each warp a partial S over its slice, the group's warps add the DS partials through shared
+// memory in the same order (so all hold the same S, the same softmax state and the same P), and
+// P.V accumulates the warp's 16 x (512 / DS) slice of O in registers. So a warp only ever reads
+// its own slice of the key tile, and O needs 1024 / DS registers per thread.
 //
 // With one split the block finishes the row (sink, normalization, bf16, inverse RoPE); with
 // several it writes an fp32 partial (O, running max m, sum l) for the combine kernel.
@@ -92,20 +94,29 @@ __device__ __forceinline__ uint4 decode_nope8(uint32_t w0, uint32_t w1, float sc
   return out;
 }
 
-template <int NK>
-__global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(const SplitKernelArgs a) {
+template <int NK, int HG>
+__global__ void __launch_bounds__(kThreads, HG == 1 ? 2 : 1) attention_split_kernel(const SplitKernelArgs a) {
   static_assert(NK % 16 == 0 && NK * kChunks % kThreads == 0, "key tile");
+  static_assert(HG == 1 || HG == 2 || HG == 4, "head groups per block");
   constexpr int kLoads = NK * kChunks / kThreads;  // 16-byte chunks a thread decodes per tile
   constexpr int kKeyTiles = NK / 8;                // n8 tiles of S
   constexpr int kKeySteps = NK / 16;               // k16 steps of P.V
-  constexpr int kDimTiles = kHeadDim / 2 / 8;      // n8 tiles of a warp's O: 32
+  constexpr int DS = kWarps / HG;                  // dim slices of a head group: 2 or 8
+  constexpr int kSliceChunks = kChunks / DS;       // 16-byte chunks of a slice: 32 or 8
+  constexpr int kQkSteps = kHeadDim / DS / 16;     // k16 steps of a slice's QK^T: 16 or 4
+  constexpr int kDimTiles = kHeadDim / DS / 8;     // n8 tiles of a warp's O: 32 or 8
+  constexpr int kQkUnroll = HG == 1 ? 2 : 4;       // HG = 1 runs at 2 blocks per SM: 128 registers
 
   extern __shared__ __align__(16) uint8_t smem[];
-  const int n_heads = a.n_heads, groups = (n_heads + 15) / 16;
-  uint8_t* q_s = smem;                                                    // bf16 [16 groups][512]
-  uint8_t* k_s = q_s + groups * 16 * kRowBytes;                           // bf16 [NK][512]
-  float* x_s = reinterpret_cast<float*>(k_s + NK * kRowBytes);            // f32 [groups][2][16 NK]
-  int32_t* sel_s = reinterpret_cast<int32_t*>(x_s + groups * 2 * 16 * NK);  // i32 [topk]
+  const int n_heads = a.n_heads;
+  const int h0 = blockIdx.z * HG * 16;                // the block's first head
+  const int nh = min(n_heads - h0, HG * 16);          // its heads
+  const int groups = (nh + 15) / 16;                  // its head groups (warps of others only decode)
+  const int q_groups = min(HG, (n_heads + 15) / 16);  // Q rows in shared memory: as smem_bytes
+  uint8_t* q_s = smem;                                                     // bf16 [16 q_groups][512]
+  uint8_t* k_s = q_s + q_groups * 16 * kRowBytes;                          // bf16 [NK][512]
+  float* x_s = reinterpret_cast<float*>(k_s + NK * kRowBytes);             // f32 [kWarps][16 NK]
+  int32_t* sel_s = reinterpret_cast<int32_t*>(x_s + kWarps * 16 * NK);     // i32 [topk]
   int32_t* cnt_s = sel_s + (a.selected != nullptr ? (a.topk + 3) / 4 * 4 : 0);  // i32 [kWarps]
 
   pdl_launch_dependents();
@@ -116,8 +127,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(const Spli
   const int seq = __ldcg(a.token_seq + t);
   if (seq < 0) {  // padding row: zeros (the combine kernel writes them when there are splits)
     if (a.n_splits == 1) {
-      uint4* out = reinterpret_cast<uint4*>(a.o + int64_t(t) * n_heads * kHeadDim);
-      for (int i = tid; i < n_heads * kChunks; i += kThreads) out[i] = make_uint4(0, 0, 0, 0);
+      uint4* out = reinterpret_cast<uint4*>(a.o + (int64_t(t) * n_heads + h0) * kHeadDim);
+      for (int i = tid; i < nh * kChunks; i += kThreads) out[i] = make_uint4(0, 0, 0, 0);
     }
     return;
   }
@@ -143,18 +154,18 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(const Spli
   const int tile0 = split * per_split, tile1 = min(n_tiles, tile0 + per_split);
   float* part = a.n_splits > 1 ? a.partials + (int64_t(t) * a.n_splits + split) * partial_floats(n_heads) : nullptr;
   if (tile0 >= tile1) {  // only with splits: nothing here, m = -inf tells the combine to skip it
-    for (int h = tid; h < n_heads; h += kThreads) {
+    for (int h = h0 + tid; h < h0 + nh; h += kThreads) {
       part[n_heads * kHeadDim + h] = -INFINITY;
       part[n_heads * (kHeadDim + 1) + h] = 0.0f;
     }
     return;
   }
 
-  for (int i = tid; i < groups * 16 * kChunks; i += kThreads) {
-    const int h = i / kChunks, c = i % kChunks;
-    uint4 v = make_uint4(0, 0, 0, 0);  // heads past H: zero query rows, never written out
-    if (h < n_heads) v = __ldcg(reinterpret_cast<const uint4*>(a.q + (int64_t(t) * n_heads + h) * kHeadDim) + c);
-    *reinterpret_cast<uint4*>(q_s + swz(h, c)) = v;
+  for (int i = tid; i < q_groups * 16 * kChunks; i += kThreads) {
+    const int hl = i / kChunks, c = i % kChunks;
+    uint4 v = make_uint4(0, 0, 0, 0);  // heads past the block's: zero query rows, never written out
+    if (hl < nh) v = __ldcg(reinterpret_cast<const uint4*>(a.q + (int64_t(t) * n_heads + h0 + hl) * kHeadDim) + c);
+    *reinterpret_cast<uint4*>(q_s + swz(hl, c)) = v;
   }
 
   // Tile decode: thread tid owns chunk column dc of keys kt0, kt0 + 4, ...; the raw bytes of the
@@ -192,11 +203,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(const Spli
     }
   };
 
-  const int g = warp >> 1, hf = warp & 1;
+  const int g = warp / DS, ds = warp % DS;
   const bool active = g < groups;  // warps of absent head groups only decode
   const uint32_t q_base = smem_u32(q_s), k_base = smem_u32(k_s);
-  float* x_mine = x_s + (g * 2 + hf) * 16 * NK;
-  const float* x_peer = x_s + (g * 2 + (hf ^ 1)) * 16 * NK;
+  float* x_mine = x_s + warp * 16 * NK;
+  const float* x_group = x_s + g * DS * 16 * NK;  // the group's DS partials, slice order
 
   float o_acc[kDimTiles][4];
 #pragma unroll
@@ -216,32 +227,35 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(const Spli
     float s_acc[kKeyTiles][4];
 #pragma unroll
     for (int n = 0; n < kKeyTiles; ++n) s_acc[n][0] = s_acc[n][1] = s_acc[n][2] = s_acc[n][3] = 0.0f;
-#pragma unroll 4
-    for (int ks = 0; ks < kHeadDim / 2 / 16; ++ks) {
+#pragma unroll(kQkUnroll)
+    for (int ks = 0; ks < kQkSteps; ++ks) {
       const int qrow = g * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
       uint32_t qa[4];
-      ldmatrix_x4(qa, q_base + swz(qrow, hf * 32 + ks * 2 + (lane >> 4)));
+      ldmatrix_x4(qa, q_base + swz(qrow, ds * kSliceChunks + ks * 2 + (lane >> 4)));
 #pragma unroll
       for (int np = 0; np < NK / 16; ++np) {
         const int krow = np * 16 + (lane & 7) + (lane >> 4) * 8;
         uint32_t kb[4];
-        ldmatrix_x4(kb, k_base + swz(krow, hf * 32 + ks * 2 + ((lane >> 3) & 1)));
+        ldmatrix_x4(kb, k_base + swz(krow, ds * kSliceChunks + ks * 2 + ((lane >> 3) & 1)));
         mma_bf16(s_acc[2 * np], qa, kb[0], kb[1]);
         mma_bf16(s_acc[2 * np + 1], qa, kb[2], kb[3]);
       }
     }
-    // ---- the pair's two halves -> the full S in both warps (same operand order in both) ----
+    // ---- the group's DS slices -> the full S in each of its warps (summed in slice order in
+    // every warp, so all hold the same bits) ----
 #pragma unroll
     for (int n = 0; n < kKeyTiles; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) x_mine[(n * 4 + i) * 32 + lane] = s_acc[n][i];
-    named_barrier(1 + g, 64);
+    named_barrier(1 + g, DS * 32);
 #pragma unroll
     for (int n = 0; n < kKeyTiles; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float peer = x_peer[(n * 4 + i) * 32 + lane];
-        s_acc[n][i] = hf == 0 ? s_acc[n][i] + peer : peer + s_acc[n][i];
+        float sum = x_group[(n * 4 + i) * 32 + lane];
+#pragma unroll
+        for (int j = 1; j < DS; ++j) sum += x_group[(j * 16 * NK) + (n * 4 + i) * 32 + lane];
+        s_acc[n][i] = sum;
       }
 
     // ---- online softmax (logit = (q . k) scale; keys past the row: -inf) ----
@@ -290,14 +304,14 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(const Spli
       o_acc[n][3] *= alpha[1];
     }
 
-    // ---- O (this warp's 16 heads x 256 dims) += P V, V = the key tile ----
+    // ---- O (this warp's 16 heads x 512 / DS dims) += P V, V = the key tile ----
 #pragma unroll
     for (int kk = 0; kk < kKeySteps; ++kk) {
       const int krow = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
       for (int dp = 0; dp < kDimTiles / 2; ++dp) {
         uint32_t vb[4];
-        ldmatrix_x4_trans(vb, k_base + swz(krow, hf * 32 + dp * 2 + (lane >> 4)));
+        ldmatrix_x4_trans(vb, k_base + swz(krow, ds * kSliceChunks + dp * 2 + (lane >> 4)));
         mma_bf16(o_acc[2 * dp], pa[kk], vb[0], vb[1]);
         mma_bf16(o_acc[2 * dp + 1], pa[kk], vb[2], vb[3]);
       }
@@ -310,17 +324,17 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(const Spli
     l_run[rr] += __shfl_xor_sync(0xffffffffu, l_run[rr], 1);
     l_run[rr] += __shfl_xor_sync(0xffffffffu, l_run[rr], 2);
   }
-  const int d_lane = hf * (kHeadDim / 2) + 2 * (lane & 3);  // + 8 n: this thread's dim pair
+  const int d_lane = ds * (kHeadDim / DS) + 2 * (lane & 3);  // + 8 n: this thread's dim pair
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
-    const int h = g * 16 + (lane >> 2) + rr * 8;
+    const int h = h0 + g * 16 + (lane >> 2) + rr * 8;
     if (h >= n_heads) continue;
     if (a.n_splits > 1) {
       float* po = part + int64_t(h) * kHeadDim;
 #pragma unroll
       for (int n = 0; n < kDimTiles; ++n)
         *reinterpret_cast<float2*>(po + d_lane + n * 8) = make_float2(o_acc[n][2 * rr], o_acc[n][2 * rr + 1]);
-      if (hf == 0 && (lane & 3) == 0) {
+      if (ds == 0 && (lane & 3) == 0) {
         part[n_heads * kHeadDim + h] = m_run[rr];
         part[n_heads * (kHeadDim + 1) + h] = l_run[rr];
       }
@@ -341,24 +355,31 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(const Spli
 
 }  // namespace
 
-Status launch_split_kernel(const SplitKernelArgs& a, int key_tile, size_t smem, cudaStream_t stream, bool pdl) {
+Status launch_split_kernel(const SplitKernelArgs& a, int key_tile, int head_groups, int head_blocks, size_t smem,
+                          cudaStream_t stream, bool pdl) {
   void (*kernel)(SplitKernelArgs) = nullptr;
   const char* name = nullptr;
-  switch (key_tile) {
-    case 32:
-      kernel = &attention_split_kernel<32>;
-      name = "attention_split_kernel<32>";
-      break;
-    case 16:
-      kernel = &attention_split_kernel<16>;
-      name = "attention_split_kernel<16>";
-      break;
-    default:
-      return invalid_argument("sparse_attention: key tile {} (32 or 16)", key_tile);
+  if (key_tile == 32 && head_groups == 4) {
+    kernel = &attention_split_kernel<32, 4>;
+    name = "attention_split_kernel<32, 4>";
+  } else if (key_tile == 16 && head_groups == 4) {
+    kernel = &attention_split_kernel<16, 4>;
+    name = "attention_split_kernel<16, 4>";
+  } else if (key_tile == 32 && head_groups == 1) {
+    kernel = &attention_split_kernel<32, 1>;
+    name = "attention_split_kernel<32, 1>";
+  } else if (key_tile == 16 && head_groups == 1) {
+    kernel = &attention_split_kernel<16, 1>;
+    name = "attention_split_kernel<16, 1>";
+  } else {
+    return invalid_argument("sparse_attention: key tile {} (32 or 16) with {} head groups per block (4 or 1)",
+                            key_tile, head_groups);
   }
+  if (head_blocks < 1 || head_blocks > 65535)
+    return invalid_argument("sparse_attention: {} head blocks", head_blocks);
   DSV4_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                                    "cudaFuncSetAttribute(attention_split_kernel)"));
-  return launch_kernel(kernel, dim3(a.n_splits, a.n_tokens), dim3(kThreads), smem, stream, pdl, a, name);
+  return launch_kernel(kernel, dim3(a.n_splits, a.n_tokens, head_blocks), dim3(kThreads), smem, stream, pdl, a, name);
 }
 
 }  // namespace dsv4::cuda::attention_detail
