@@ -50,6 +50,11 @@ Status ForwardPass::layers(const cuda::StepBatchView& b, TraceSink* trace) const
     trace->selected.assign(size_t(cfg_.n_layers), {});
     trace->experts.assign(size_t(cfg_.n_layers), {});
   }
+  // Layer 0's HCPre; every later HCPre is fused with the HCPost before it (ops.h hc_post_pre_norm).
+  mark(StepCategory::kMhcNorm);
+  const LayerDeviceWeights& L0 = w_.layers[0];
+  DSV4_RETURN_IF_ERROR(
+      cuda::hc_pre_norm(a_.X, b.n_tokens, L0.hc_attn, L0.attn_norm, hc_dims(cfg_), a_.x, a_.mix, stream_));
   for (int l = 0; l < cfg_.n_layers; ++l) DSV4_RETURN_IF_ERROR(layer(l, b, trace).with_context(fmt::format("layer {}", l)));
   return Status::ok();
 }
@@ -59,15 +64,13 @@ Status ForwardPass::layer(int l, const cuda::StepBatchView& b, TraceSink* trace)
   const cuda::HcDims dims = hc_dims(cfg_);
   const int T = b.n_tokens, D = cfg_.hidden;
 
-  // attention sublayer: HCPre + attn_norm -> attention -> HCPost
-  mark(StepCategory::kMhcNorm);
-  DSV4_RETURN_IF_ERROR(cuda::hc_pre_norm(a_.X, T, L.hc_attn, L.attn_norm, dims, a_.x, a_.mix, stream_));
+  // attention sublayer (its HCPre + attn_norm already ran: layers() or the previous layer's end)
   DSV4_RETURN_IF_ERROR(attention(l, b, trace));
+  // attention HCPost fused with the MoE sublayer's HCPre + ffn_norm
   mark(StepCategory::kMhcNorm);
-  DSV4_RETURN_IF_ERROR(cuda::hc_post(a_.X, a_.y, a_.mix, T, dims, stream_));
+  DSV4_RETURN_IF_ERROR(cuda::hc_post_pre_norm(a_.X, a_.y, a_.mix, T, L.hc_ffn, L.ffn_norm, dims, a_.x, a_.mix, stream_));
 
-  // MoE sublayer: HCPre + ffn_norm -> router + experts + shared expert (bf16 y) -> HCPost
-  DSV4_RETURN_IF_ERROR(cuda::hc_pre_norm(a_.X, T, L.hc_ffn, L.ffn_norm, dims, a_.x, a_.mix, stream_));
+  // MoE sublayer: router + experts + shared expert (bf16 y) -> HCPost
   cuda::MoeArgs m;
   m.x = a_.x;
   m.ldx = D;
@@ -81,7 +84,10 @@ Status ForwardPass::layer(int l, const cuda::StepBatchView& b, TraceSink* trace)
     DSV4_RETURN_IF_ERROR(trace_copy(trace->experts[size_t(l)], ws_.moe.topk_ids(), int64_t(T) * cfg_.n_experts_per_tok,
                                     stream_));
   mark(StepCategory::kMhcNorm);
-  return cuda::hc_post(a_.X, a_.y, a_.mix, T, dims, stream_);
+  if (l + 1 == cfg_.n_layers) return cuda::hc_post(a_.X, a_.y, a_.mix, T, dims, stream_);
+  // MoE HCPost fused with the next layer's attention HCPre + attn_norm
+  const LayerDeviceWeights& N = w_.layers[size_t(l + 1)];
+  return cuda::hc_post_pre_norm(a_.X, a_.y, a_.mix, T, N.hc_attn, N.attn_norm, dims, a_.x, a_.mix, stream_);
 }
 
 Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* trace) const {
