@@ -30,6 +30,12 @@ Status indexer_prepare_q(__nv_bfloat16* qi, int T, int n_heads, int head_dim, in
 // proj: f32 [T, ld] (weights_proj output, unrounded); w: f32 [T, nI].
 Status indexer_weights(const float* proj, int64_t ld, int T, int n_heads, float scale, float* w, cudaStream_t stream);
 
+// indexer_prepare_q and indexer_weights in one launch (the same results; one block per row does
+// both), for the decode step where each launch costs more than its work.
+Status indexer_prepare(__nv_bfloat16* qi, int T, int n_heads, int head_dim, int rope_dim, const int32_t* token_pos,
+                       const float* inv_freq, const float* proj, int64_t ld, float w_scale, float* w,
+                       cudaStream_t stream);
+
 // Scratch for the split top-k: sized for max_tokens rows and the longest context.
 class IndexerWorkspace {
  public:

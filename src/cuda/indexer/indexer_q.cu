@@ -25,7 +25,17 @@ struct PrepArgs {
   const float* inv_freq;     // f32 [rope_dim / 2]
   int n_heads, rope_dim;
   float hadamard_scale;      // fp32(1 / sqrt(fp32(128))), as cpu::hadamard_bf16
+  // Head weights in the same launch (indexer_prepare); proj == nullptr: none.
+  const float* proj;         // f32 [T, ld]
+  int64_t ld;
+  float w_scale;
+  float* w;                  // f32 [T, n_heads]
 };
+
+// w[t, h] = bf16(bf16(proj[t, h]) * scale), in fp32 without contraction.
+__device__ __forceinline__ float head_weight(float proj, float scale) {
+  return ref::round_bf16(__fmul_rn(ref::round_bf16(proj), scale));
+}
 
 // One block per token row (the rope angles are shared by its heads); a warp holds one head, lane
 // l the four dims 4l .. 4l + 3, so the butterflies of span 1 and 2 are in-thread and spans 4 ..
@@ -34,6 +44,10 @@ struct PrepArgs {
 __global__ void __launch_bounds__(kPrepThreads) indexer_prepare_q_kernel(PrepArgs g) {
   __shared__ float s_cos[kHeadDim / 2], s_sin[kHeadDim / 2];
   const int t = blockIdx.x;
+  if (g.proj != nullptr) {
+    for (int h = threadIdx.x; h < g.n_heads; h += kPrepThreads)
+      g.w[int64_t(t) * g.n_heads + h] = head_weight(g.proj[int64_t(t) * g.ld + h], g.w_scale);
+  }
   const int half_rope = g.rope_dim / 2;
   if (int(threadIdx.x) < half_rope) {
     ref::rope_cos_sin(g.token_pos[t], g.inv_freq[threadIdx.x], &s_cos[threadIdx.x], &s_sin[threadIdx.x]);
@@ -98,12 +112,11 @@ __global__ void __launch_bounds__(kPrepThreads) indexer_prepare_q_kernel(PrepArg
   }
 }
 
-// w[t, h] = bf16(bf16(proj[t, h]) * scale), in fp32 without contraction.
 __global__ void indexer_weights_kernel(const float* proj, int64_t ld, int T, int n_heads, float scale, float* w) {
   const int64_t n = int64_t(T) * n_heads;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / n_heads, h = i % n_heads;
-    w[i] = ref::round_bf16(__fmul_rn(ref::round_bf16(proj[t * ld + h]), scale));
+    w[i] = head_weight(proj[t * ld + h], scale);
   }
 }
 
@@ -111,8 +124,10 @@ bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p
 
 }  // namespace
 
-Status indexer_prepare_q(__nv_bfloat16* qi, int T, int n_heads, int head_dim, int rope_dim, const int32_t* token_pos,
-                         const float* inv_freq, cudaStream_t stream) {
+namespace {
+
+Status launch_prepare(__nv_bfloat16* qi, int T, int n_heads, int head_dim, int rope_dim, const int32_t* token_pos,
+                      const float* inv_freq, const float* proj, int64_t ld, float w_scale, float* w, cudaStream_t stream) {
   if (T < 0 || n_heads < 1) return invalid_argument("indexer_prepare_q: T={} n_heads={}", T, n_heads);
   if (head_dim != kHeadDim) return invalid_argument("indexer_prepare_q: head_dim {} (the kernel is built for {})", head_dim, kHeadDim);
   if (rope_dim < 0 || rope_dim > head_dim || rope_dim % 2 != 0)
@@ -121,9 +136,24 @@ Status indexer_prepare_q(__nv_bfloat16* qi, int T, int n_heads, int head_dim, in
   if (qi == nullptr || token_pos == nullptr || (rope_dim > 0 && inv_freq == nullptr))
     return invalid_argument("indexer_prepare_q: null qi, token_pos or inv_freq");
   if (!aligned(qi, 8)) return invalid_argument("indexer_prepare_q: qi must be 8-byte aligned");
-  PrepArgs g{qi, token_pos, inv_freq, n_heads, rope_dim, 1.0f / std::sqrt(float(head_dim))};
+  PrepArgs g{qi, token_pos, inv_freq, n_heads, rope_dim, 1.0f / std::sqrt(float(head_dim)), proj, ld, w_scale, w};
   indexer_prepare_q_kernel<<<T, kPrepThreads, 0, stream>>>(g);
   return last_launch_status("indexer_prepare_q_kernel");
+}
+
+}  // namespace
+
+Status indexer_prepare_q(__nv_bfloat16* qi, int T, int n_heads, int head_dim, int rope_dim, const int32_t* token_pos,
+                         const float* inv_freq, cudaStream_t stream) {
+  return launch_prepare(qi, T, n_heads, head_dim, rope_dim, token_pos, inv_freq, nullptr, 0, 0.0f, nullptr, stream);
+}
+
+Status indexer_prepare(__nv_bfloat16* qi, int T, int n_heads, int head_dim, int rope_dim, const int32_t* token_pos,
+                       const float* inv_freq, const float* proj, int64_t ld, float w_scale, float* w,
+                       cudaStream_t stream) {
+  if (ld < n_heads) return invalid_argument("indexer_prepare: ld {} < n_heads {}", ld, n_heads);
+  if (T > 0 && (proj == nullptr || w == nullptr)) return invalid_argument("indexer_prepare: null proj or w");
+  return launch_prepare(qi, T, n_heads, head_dim, rope_dim, token_pos, inv_freq, proj, ld, w_scale, w, stream);
 }
 
 Status indexer_weights(const float* proj, int64_t ld, int T, int n_heads, float scale, float* w, cudaStream_t stream) {
