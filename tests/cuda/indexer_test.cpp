@@ -8,15 +8,19 @@
 //    both signs. n_vis in {0, 1, 5, 511, 512, 513, 4096, 65536} and more, over three sequences;
 //    one sequence's keys come from 40 distinct vectors (ties everywhere, also at the top-k
 //    boundary), another has runs of duplicates. Three workspace shapes give 64, 14 and 1 splits
-//    per row (so the merge sees many lists, a few, and one).
-//  - indexer_weights: bit-exact.
+//    per row (so the merge sees many lists, a few, and one); decode launches (<= 64 rows) spread
+//    short rows over splits of one tile, wide ones keep 1024 keys per split. The cases cover the
+//    merge with all candidates in shared memory, with radix passes over the lists first (more
+//    than 4096 candidates), ties down to the index digits, and splits cut more than once.
+//  - indexer_weights: bit-exact; indexer_prepare (both in one launch) bit-exact with the two.
 //  - indexer_prepare_q: the reference's RoPE (fp32 cos/sin from glibc), bf16, Hadamard and fp4sim.
 //    The Hadamard and fp4 steps are reproduced operation by operation; cos/sin are evaluated in
 //    double on the GPU, which can differ from glibc's cosf/sinf in the last ulp, so a rare value
 //    may land one fp4 step away. The test prints how many values differ and allows 0.1%.
 //  - CudaIndexerPlan.*: the host/device integer logic of topk_plan.h on the CPU (these run without
 //    a GPU): the e2m1 byte-permute decode against kv::unpack_indexer_key, key order against the
-//    reference comparator, split coverage.
+//    reference comparator, split coverage, the radix select's digit choice (driven to the end
+//    against std::nth_element).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -220,6 +224,19 @@ TEST(CudaIndexer, TopkDecodeManySplits) {
   run_topk(rows, 64, 262144, kMaxSplits, 1);
 }
 
+TEST(CudaIndexer, TopkDecodeBatch32) {
+  DSV4_SKIP_WITHOUT_GPU();
+  std::vector<Row> rows;
+  int v = 0;
+  // Around the merge's shared-memory capacity (4096 candidates) and the one-tile splits.
+  for (int64_t n : {64, 65, 1024, 1025, 4095, 4096, 4097, 8191, 12345, 32768, 65536}) rows.push_back({0, pos_for(n, v++)});
+  for (int64_t n : {1024, 4097, 4999, 5000, 2049, 700}) rows.push_back({1, pos_for(n, v++)});  // ties everywhere
+  for (int64_t n : {600, 599, 513, 121, 103}) rows.push_back({2, pos_for(n, v++)});
+  while (rows.size() < 31) rows.push_back({0, pos_for(int64_t(1000 + 997 * rows.size()), v++)});
+  rows.push_back({-1, 0});
+  run_topk(rows, 32, 262144, kMaxSplits, 4);
+}
+
 TEST(CudaIndexer, TopkPrefillFewSplits) {
   DSV4_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(5);
@@ -239,18 +256,28 @@ TEST(CudaIndexer, TopkOneSplit) {
   for (int i = 0; i < 20; ++i) rows.push_back({2, int64_t(rng() % (4 * 600))});
   for (int i = 0; i < 19; ++i) rows.push_back({1, int64_t(rng() % 4000)});
   rows.push_back({-1, 0});
-  // A short-context workspace (1000 entries): one split per row, the merge only copies.
+  // Rows longer than the workspace was sized for: one split cuts its buffer many times (also
+  // among ties, seq 1).
+  rows.push_back({0, pos_for(3000, 1)});
+  rows.push_back({0, pos_for(20000, 2)});
+  rows.push_back({1, pos_for(5000, 3)});
+  // A short-context workspace (1000 entries): one split per row, the merge takes its list.
   run_topk(rows, 64, 4000, 1, 3);
 }
 
 TEST(CudaIndexer, TopkTiming) {
   DSV4_SKIP_WITHOUT_GPU();
   KeyPool& kp = keys();
-  for (int T : {1, 8}) {
+  struct Case {
+    int T;
+    int64_t n_vis;
+  };
+  for (const Case& c : {Case{1, 65536}, Case{8, 65536}, Case{32, 65536}, Case{1, 1024}, Case{32, 1024}}) {
+    const int T = c.T;
     std::mt19937_64 rng(7);
     std::vector<float> q(size_t(T) * kHeads * kDim), w(size_t(T) * kHeads, 0.01f);
     for (int t = 0; t < T * kHeads; ++t) random_fp4_vector(rng, -2, 0, &q[size_t(t) * kDim]);
-    const std::vector<int32_t> token_seq(size_t(T), 0), token_pos(size_t(T), 4 * 65536 - 1);
+    const std::vector<int32_t> token_seq(size_t(T), 0), token_pos(size_t(T), int32_t(4 * c.n_vis - 1));
     DeviceBuffer d_ts = upload_vector(token_seq), d_tp = upload_vector(token_pos), d_bt = upload_vector(kp.blocks[0]);
     DeviceBuffer d_q = upload_vector(to_bf16(q)), d_w = upload_vector(w), d_sel = device_alloc(size_t(T) * kTopk * 4);
     StepBatchView b;
@@ -283,8 +310,9 @@ TEST(CudaIndexer, TopkTiming) {
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     const double us = 1000.0 * ms / kIters;
-    std::printf("[topk timing] %d row(s) x 65536 keys: %.1f us per call\n", T, us);
-    if (T == 1) {
+    std::printf("[topk timing] %d row(s) x %lld keys: %.1f us per call (%.1f us per row)\n", T, (long long)c.n_vis, us,
+                us / T);
+    if (T == 1 && c.n_vis == 65536) {
       EXPECT_LT(us, 1000.0) << "decode at 262K context must score 65536 keys well under a millisecond";
     }
   }
@@ -312,6 +340,37 @@ TEST(CudaIndexer, WeightsBitExact) {
         ADD_FAILURE() << "w[" << t << "," << h << "] = " << w[size_t(t) * kHeads + h] << ", want " << want;
     }
   EXPECT_EQ(bad, 0);
+}
+
+TEST(CudaIndexer, PrepareFusedMatchesSeparate) {
+  DSV4_SKIP_WITHOUT_GPU();
+  constexpr int ld = kHeads + 3;
+  const std::vector<int32_t> positions = {0, 7, 4097, 65535, 262143};
+  const int T = int(positions.size());
+  const std::vector<float> q0 = random_bf16_values(int64_t(T) * kHeads * kDim, 12, 2.0f);
+  std::mt19937_64 rng(13);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> proj(size_t(T) * ld);
+  for (float& v : proj) v = nd(rng);
+  const float scale = float(1.0 / std::sqrt(double(kDim)) / std::sqrt(double(kHeads)));
+  const cpu::Rope rope(compress_rope(), kRope);
+  DeviceBuffer d_pos = upload_vector(positions), d_inv = upload_vector(rope.inv_freq()), d_proj = upload_vector(proj);
+  DeviceBuffer d_q1 = upload_vector(to_bf16(q0)), d_q2 = upload_vector(to_bf16(q0));
+  DeviceBuffer d_w1 = device_alloc(size_t(T) * kHeads * 4), d_w2 = device_alloc(size_t(T) * kHeads * 4);
+  poison(d_w1);
+  poison(d_w2);
+  DSV4_ASSERT_OK(indexer_prepare_q(d_q1.as<__nv_bfloat16>(), T, kHeads, kDim, kRope, d_pos.as<int32_t>(), d_inv.as<float>(),
+                                   nullptr));
+  DSV4_ASSERT_OK(indexer_weights(d_proj.as<float>(), ld, T, kHeads, scale, d_w1.as<float>(), nullptr));
+  DSV4_ASSERT_OK(indexer_prepare(d_q2.as<__nv_bfloat16>(), T, kHeads, kDim, kRope, d_pos.as<int32_t>(), d_inv.as<float>(),
+                                 d_proj.as<float>(), ld, scale, d_w2.as<float>(), nullptr));
+  DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+  EXPECT_TRUE(download<uint16_t>(d_q1.get(), q0.size()) == download<uint16_t>(d_q2.get(), q0.size()));
+  const std::vector<float> w1 = download<float>(d_w1.get(), size_t(T) * kHeads), w2 = download<float>(d_w2.get(), size_t(T) * kHeads);
+  EXPECT_EQ(std::memcmp(w1.data(), w2.data(), w1.size() * 4), 0);
+  EXPECT_FALSE(indexer_prepare(d_q2.as<__nv_bfloat16>(), T, kHeads, kDim, kRope, d_pos.as<int32_t>(), d_inv.as<float>(),
+                               nullptr, ld, scale, d_w2.as<float>(), nullptr)
+                   .is_ok());
 }
 
 TEST(CudaIndexer, PrepareQ) {
@@ -420,15 +479,76 @@ TEST(CudaIndexerPlan, SplitsCoverEveryKey) {
   EXPECT_EQ(workspace_splits(64, 1000), 1);
   EXPECT_EQ(launch_splits(1, 4096), kMaxSplits);
   EXPECT_EQ(launch_splits(300, 300 * 14), 14);
-  for (int n_splits : {1, 2, 7, 14, 63, 64}) {
-    for (int64_t n_vis : {0, 1, 63, 64, 65, 1023, 1024, 1025, 4096, 5000, 65535, 65536, 262144}) {
-      const int64_t chunk = split_keys(n_vis, n_splits);
-      EXPECT_EQ(chunk % kTileKeys, 0);
-      EXPECT_GE(chunk * n_splits, n_vis) << n_vis << " keys, " << n_splits << " splits";
+  EXPECT_EQ(split_min_keys(1), kTileKeys);
+  EXPECT_EQ(split_min_keys(kWideRows), kTileKeys);
+  EXPECT_EQ(split_min_keys(kWideRows + 1), kMinSplitKeys);
+  for (int min_keys : {kTileKeys, kMinSplitKeys}) {
+    for (int n_splits : {1, 2, 7, 14, 63, 64}) {
+      for (int64_t n_vis : {0, 1, 63, 64, 65, 1023, 1024, 1025, 4096, 5000, 65535, 65536, 262144}) {
+        const int64_t chunk = split_keys(n_vis, n_splits, min_keys);
+        EXPECT_EQ(chunk % kTileKeys, 0);
+        EXPECT_GE(chunk, min_keys);
+        EXPECT_GE(chunk * n_splits, n_vis) << n_vis << " keys, " << n_splits << " splits";
+      }
     }
   }
   EXPECT_EQ(split_keys(65536, 64), 1024);
-  for (int s = 1; s <= kMaxSplits; ++s) EXPECT_LE(s * merge_round(s), 1024 + 16 * s);
+  EXPECT_EQ(split_keys(65536, 64, kMinSplitKeys), 1024);
+  EXPECT_EQ(split_keys(1024, 64), 64);  // decode at 4K context: 16 splits of one tile
+  EXPECT_EQ(split_keys(1024, 64, kMinSplitKeys), 1024);
+}
+
+// The select the kernels run (candidates.cuh), on the CPU: passes of radix_digit over 8-bit
+// digits, the device's per-lane form (groups of 8 bins scanned from the top, radix_digit on the
+// group that holds the key), until every key of a bin is taken; the keys >= the prefix must be
+// the top k.
+TEST(CudaIndexerPlan, RadixSelectFindsTopK) {
+  std::mt19937_64 rng(14);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + int(rng() % 3000);
+    std::vector<float> scores(static_cast<size_t>(n));
+    const int distinct = trial % 3 == 0 ? 3 : trial % 3 == 1 ? 40 : 100000;  // heavy ties to none
+    for (float& s : scores) s = round_bf16(float(int(rng() % uint64_t(distinct)) - distinct / 2) * 0.37f);
+    std::vector<uint64_t> keys;
+    for (int i = 0; i < n; ++i) keys.push_back(topk_key(scores[size_t(i)], i));
+    const int k = 1 + int(rng() % uint64_t(n));
+    uint64_t prefix = 0, mask = 0;
+    int need = k, in_play = n;
+    for (int shift = 56; shift >= 0 && need < in_play; shift -= 8) {
+      int hist[256] = {};
+      for (uint64_t key : keys)
+        if ((key & mask) == prefix) ++hist[(key >> shift) & 0xff];
+      // Device form: group sums, the group that holds the need-th key, radix_digit inside it.
+      int excl = 0, group = 31;
+      for (; group >= 0; --group) {
+        int sum = 0;
+        for (int i = 0; i < 8; ++i) sum += hist[8 * group + i];
+        if (excl + sum >= need) break;
+        excl += sum;
+      }
+      ASSERT_GE(group, 0);
+      int above = 0, bucket = 0;
+      const int d = 8 * group + radix_digit(hist + 8 * group, 8, need - excl, &above, &bucket);
+      int above_all = 0, bucket_all = 0;
+      ASSERT_EQ(radix_digit(hist, 256, need, &above_all, &bucket_all), d);
+      ASSERT_EQ(above_all, excl + above);
+      ASSERT_EQ(bucket_all, bucket);
+      prefix |= uint64_t(d) << shift;
+      mask |= uint64_t(0xff) << shift;
+      need -= excl + above;
+      in_play = bucket;
+    }
+    ASSERT_EQ(need, in_play) << "the select must end with a bin taken whole";
+    std::vector<uint64_t> want = keys;
+    std::nth_element(want.begin(), want.begin() + (k - 1), want.end(), std::greater<uint64_t>());
+    const uint64_t kth = want[size_t(k - 1)];
+    int taken = 0;
+    for (uint64_t key : keys) {
+      ASSERT_EQ(key >= prefix, key >= kth) << "trial " << trial;
+      taken += key >= prefix;
+    }
+    ASSERT_EQ(taken, k);
+  }
 }
 
 }  // namespace

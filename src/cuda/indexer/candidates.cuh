@@ -1,20 +1,19 @@
-// candidates.cuh: a block's running top-k of 64-bit candidate keys (topk_plan.h) in shared
-// memory, DeepSelect style: keys above the current threshold are appended in any order; when the
-// buffer is nearly full it is sorted (bitonic, descending) and cut to the best `keep`, whose last
-// key becomes the threshold. Keys are unique (they carry the index), so the kept set and its
-// order never depend on the append order: the result is deterministic.
+// candidates.cuh: block-wide top-k pieces over 64-bit candidate keys (topk_plan.h), which are
+// unique (they carry the index) and never 0:
+//  - a running candidate buffer in shared memory: keys at or above the threshold are appended in
+//    any order; when it is nearly full it is cut to the best `keep` (radix select), whose
+//    threshold then gates the appends;
+//  - an MSB-first radix select (8-bit digits, one histogram pass per digit, early exit as soon
+//    as the bin holding the k-th key is taken whole) over keys from any source;
+//  - a descending bitonic sort for the final, small, selected set.
+// The selected set is exact and never depends on the append order: results are deterministic.
 #pragma once
 
 #include <cstdint>
 
-namespace dsv4::cuda::indexer_detail {
+#include "cuda/indexer/topk_plan.h"
 
-// Shared state of one buffer.
-struct CandidateBuffer {
-  uint64_t* keys;   // u64 [capacity] in shared memory
-  int* count;       // shared: keys held
-  uint64_t* thr;    // shared: a key must be > thr to enter (0 until `keep` keys were held)
-};
+namespace dsv4::cuda::indexer_detail {
 
 // Descending bitonic sort of s[0, n), n a power of two, by the whole block. The caller has
 // synchronized after writing s; returns synchronized.
@@ -35,31 +34,158 @@ __device__ __forceinline__ void bitonic_sort_desc(uint64_t* s, int n) {
   }
 }
 
-// Appends `key` if it beats the threshold (any thread, any order; the caller guarantees room).
-__device__ __forceinline__ void offer(const CandidateBuffer& c, uint64_t key) {
-  if (key > *c.thr) c.keys[atomicAdd(c.count, 1)] = key;
-}
-
-// Sorts the buffer descending; entries past the count become 0. Called by the whole block
-// after a __syncthreads; returns synchronized, with the count unchanged.
-__device__ __forceinline__ int sort_candidates(const CandidateBuffer& c) {
-  const int n_held = *c.count;
+// Sorts the n_held keys of s descending (entries up to the next power of two become 0; the
+// caller's buffer must hold them). Called by the whole block after a __syncthreads; returns
+// synchronized.
+__device__ __forceinline__ void sort_keys_desc(uint64_t* s, int n_held) {
   int n = 1;
   while (n < n_held) n <<= 1;
-  for (int i = n_held + threadIdx.x; i < n; i += blockDim.x) c.keys[i] = 0;
+  for (int i = n_held + threadIdx.x; i < n; i += blockDim.x) s[i] = 0;
   __syncthreads();
-  bitonic_sort_desc(c.keys, n);
-  return n_held;
+  bitonic_sort_desc(s, n);
 }
 
-// Sorts and keeps the best `keep` (raising the threshold once `keep` are held). Same calling
-// rules as sort_candidates.
-__device__ __forceinline__ void compact_candidates(const CandidateBuffer& c, int keep) {
-  const int n_held = sort_candidates(c);
-  if (n_held >= keep && threadIdx.x == 0) {
-    *c.count = keep;
-    *c.thr = c.keys[keep - 1];
+// ---- radix select ----
+
+// Shared state of a select. A key is still in play while (key & mask) == prefix; every key with
+// (key & mask) > prefix is taken. When the select ends, the taken keys are exactly those
+// >= prefix (the low bits of prefix are 0).
+struct SelectState {
+  uint64_t prefix;
+  uint64_t mask;
+  int need;    // keys still to take among those in play
+  int bucket;  // keys in play (after the last pass)
+};
+
+__device__ __forceinline__ void select_init(SelectState* st, int need) {
+  st->prefix = 0;
+  st->mask = 0;
+  st->need = need;
+  st->bucket = 0;
+}
+
+// Warp 0 only: picks the digit of the bin that holds the need-th largest key in play (hist has
+// 256 bins) and narrows the state to it. Lane l sums the bins of group 31 - l (bins 8g .. 8g+7),
+// so the inclusive scan over lanes counts keys from the top bin down.
+__device__ __forceinline__ void choose_digit(const int* hist, int shift, SelectState* st) {
+  const int lane = threadIdx.x & 31, group = 31 - lane;
+  const int* h = hist + 8 * group;
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sum += h[i];
+  int incl = sum;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
   }
+  const int excl = incl - sum, need = st->need;  // every lane reads need before one writes it
+  __syncwarp();
+  if (excl < need && need <= incl) {  // exactly one lane
+    int above = 0, bucket = 0;
+    const int d = 8 * group + radix_digit(h, 8, need - excl, &above, &bucket);
+    st->prefix |= uint64_t(d) << shift;
+    st->mask |= uint64_t(0xffu) << shift;
+    st->need = need - excl - above;
+    st->bucket = bucket;
+  }
+}
+
+// Warp-uniform appends: every lane of the warp calls this together; lanes with `pred` store v at
+// consecutive places from one atomicAdd on *counter (stores past cap are dropped: they only guard
+// the buffer).
+__device__ __forceinline__ void warp_append(bool pred, uint64_t v, uint64_t* buf, int* counter, int cap) {
+  const unsigned ballot = __ballot_sync(0xffffffffu, pred);
+  if (ballot == 0) return;
+  const int lane = threadIdx.x & 31, leader = __ffs(ballot) - 1;
+  int base = 0;
+  if (lane == leader) base = atomicAdd(counter, __popc(ballot));
+  base = __shfl_sync(0xffffffffu, base, leader);
+  if (pred) {
+    const int i = base + __popc(ballot & ((1u << lane) - 1u));
+    if (i < cap) buf[i] = v;
+  }
+}
+
+// Source iteration for the select: for_each(f) calls f(key) in warp-uniform code (all 32 lanes of
+// a warp together), key 0 for "no key" (keys are never 0), so f may use warp collectives.
+
+// One pass: histograms the digit at `shift` of the keys in play (lanes of a warp with the same
+// digit add once: ties and hot bins do not serialize), then narrows the state. Called by the
+// whole block (at least 256 threads, a multiple of 32) after a __syncthreads; returns
+// synchronized, true when the select is finished (every key in play is taken).
+template <class ForEach>
+__device__ __forceinline__ bool radix_pass(const ForEach& for_each, int shift, int* hist, SelectState* st) {
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+  const uint64_t mask = st->mask, prefix = st->prefix;
+  __syncthreads();
+  for_each([&](uint64_t key) {
+    const int bin = key != 0 && (key & mask) == prefix ? int(key >> shift) & 0xff : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, bin);
+    if (bin >= 0 && int(threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
+  });
+  __syncthreads();
+  if (threadIdx.x < 32) choose_digit(hist, shift, st);
+  __syncthreads();
+  return st->bucket == st->need;
+}
+
+// Runs passes from `shift` down until the select is finished (the keys are unique, so it is at
+// the latest after the last digit). The state must have 1 <= need < keys in play.
+template <class ForEach>
+__device__ __forceinline__ void radix_select(const ForEach& for_each, int shift, int* hist, SelectState* st) {
+  for (; shift >= 0; shift -= 8)
+    if (radix_pass(for_each, shift, hist, st)) break;
+}
+
+// ---- running candidate buffer (one block) ----
+
+struct CandidateBuffer {
+  uint64_t* keys;  // u64 [capacity] in shared memory
+  int* count;      // shared: keys held
+  uint64_t* thr;   // shared: a key must be >= thr to enter (0 until a cut)
+};
+
+// Appends `key` if it is a key (not 0) and reaches the threshold. Warp-uniform (all lanes of a
+// warp call it together); the caller guarantees room.
+__device__ __forceinline__ void offer(const CandidateBuffer& c, uint64_t key) {
+  warp_append(key != 0 && key >= *c.thr, key, c.keys, c.count, 1 << 30);
+}
+
+// Cuts the buffer to its best `keep` keys (unsorted) and raises the threshold to their select
+// prefix (every later key below it is below all of them). kPerThread * blockDim.x must cover
+// the capacity. Called by the whole block after a __syncthreads; returns synchronized. Nothing
+// happens when at most `keep` keys are held.
+template <int kPerThread>
+__device__ __forceinline__ void cut_candidates(const CandidateBuffer& c, int keep, int* hist, SelectState* st) {
+  const int n = *c.count;
+  if (n <= keep) return;
+  if (threadIdx.x == 0) select_init(st, keep);
+  __syncthreads();
+  const uint64_t* keys = c.keys;
+  radix_select(
+      [&](const auto& f) {
+        for (int i0 = int(threadIdx.x & ~31u); i0 < n; i0 += blockDim.x) {
+          const int i = i0 + int(threadIdx.x & 31);
+          f(i < n ? keys[i] : uint64_t(0));
+        }
+      },
+      56, hist, st);
+  const uint64_t thr = st->prefix;
+  uint64_t held[kPerThread];
+#pragma unroll
+  for (int p = 0; p < kPerThread; ++p) {
+    const int i = threadIdx.x + p * int(blockDim.x);
+    held[p] = i < n ? c.keys[i] : 0;
+  }
+  __syncthreads();  // everything read before the buffer is rewritten
+  if (threadIdx.x == 0) {
+    *c.count = 0;
+    *c.thr = thr;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int p = 0; p < kPerThread; ++p) warp_append(held[p] != 0 && held[p] >= thr, held[p], c.keys, c.count, 1 << 30);
   __syncthreads();
 }
 

@@ -3,8 +3,12 @@
 //   split: one block per (row, split) scores its share of the row's n_vis keys 64 at a time
 //          (decode the fp4 records to bf16 in shared memory, mma.sync m16n8k16 with the 64
 //          heads as M, then the reference's rounding chain and the head sum in head order) and
-//          keeps its own top-k of 64-bit (score, index) keys;
-//   merge: one block per row takes the global top-k from the splits' sorted lists.
+//          keeps its own top-k of 64-bit (score, index) keys, unsorted (a split of at most topk
+//          keys keeps them all without selecting);
+//   merge: one block per row selects the global top-k from the splits' lists (only their valid
+//          entries) with a radix select: while the keys in play are too many for shared memory
+//          each histogram pass reads them from the lists (L2), then they are gathered and the
+//          passes run in shared memory; the k winners are sorted (bitonic) into the output.
 // Nothing is sized by the context: the workspace holds topk keys per (row, split) slot.
 //
 // Why the scores are exact: q and the keys are e2m1 codes times powers of two, so every product
@@ -27,12 +31,13 @@ using namespace indexer_detail;
 namespace {
 
 constexpr int kSplitThreads = 256;              // 8 warps: 4 head groups of 16 x 2 key halves of 32
-constexpr int kMergeThreads = 512;
+constexpr int kMergeThreads = 1024;
 constexpr int kMaxHeads = 64;
 constexpr int kRowPad = kHeadDim + 8;           // bf16 per shared row (272 B): ldmatrix rows hit distinct banks
 constexpr int kVPad = kMaxHeads + 8;            // bf16 per row of per-head terms (144 B)
 constexpr int kSplitCap = 2 * kMaxTopk;         // candidate buffer of a split
-constexpr int kMergeCap = 4 * kMaxTopk;         // candidate buffer of the merge
+constexpr int kMergeCap = 8 * kMaxTopk;         // keys in play the merge holds in shared memory
+constexpr int kMergeUnroll = 8;                 // list loads in flight per thread in a merge pass
 constexpr int kItemsPerThread = kTileKeys * (kHeadDim / 8) / kSplitThreads;  // 8-dim words per thread per tile
 
 struct TopkArgs {
@@ -42,7 +47,8 @@ struct TopkArgs {
   const uint8_t* keys;      // u8 paged indexer keys, kKeyBytes each
   int ratio;
   int n_heads, topk, n_splits, ws_topk;
-  uint64_t* cand;           // u64 [T * n_splits][ws_topk]: each split's sorted keys
+  int min_split_keys;       // split_min_keys(n_tokens)
+  uint64_t* cand;           // u64 [T * n_splits][ws_topk]: each split's keys (unsorted)
   int32_t* counts;          // i32 [T * n_splits]: keys each split kept
   int32_t* selected;        // i32 [T][topk]
 };
@@ -105,6 +111,8 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(TopkArgs g
   __shared__ __align__(16) __nv_bfloat16 s_v[kTileKeys * kVPad];       // [key][head] terms
   __shared__ uint64_t s_keys[kSplitCap];
   __shared__ float s_w[kMaxHeads];
+  __shared__ int s_hist[256];
+  __shared__ SelectState s_sel;
   __shared__ int s_count;
   __shared__ uint64_t s_thr;
 
@@ -112,7 +120,7 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(TopkArgs g
   const int64_t slot = int64_t(t) * g.n_splits + split;
   const int seq = g.b.token_seq[t];
   const int64_t n_vis = seq < 0 ? 0 : (int64_t(g.b.token_pos[t]) + 1) / g.ratio;
-  const int64_t chunk = split_keys(n_vis, g.n_splits);
+  const int64_t chunk = split_keys(n_vis, g.n_splits, g.min_split_keys);
   const int64_t begin = split * chunk, end = std::min(n_vis, begin + chunk);
   if (begin >= end) {  // padding row, nothing visible, or nothing left for this split
     if (threadIdx.x == 0) g.counts[slot] = 0;
@@ -179,40 +187,48 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(TopkArgs g
     }
     __syncthreads();
 
-    // Score = bf16(sum over heads in head order, fp32), one key per thread.
-    if (tid < kTileKeys && e0 + tid < end) {
-      const uint4* row = reinterpret_cast<const uint4*>(s_v + tid * kVPad);
-      float total = 0.0f;
-      for (int i = 0; i < g.n_heads / 8; ++i) {
-        const uint4 u = row[i];
-        const uint32_t pr[4] = {u.x, u.y, u.z, u.w};
+    // Score = bf16(sum over heads in head order, fp32), one key per thread (warps 0, 1 whole).
+    if (tid < kTileKeys) {
+      uint64_t key = 0;  // none
+      if (e0 + tid < end) {
+        const uint4* row = reinterpret_cast<const uint4*>(s_v + tid * kVPad);
+        float total = 0.0f;
+        for (int i = 0; i < g.n_heads / 8; ++i) {
+          const uint4 u = row[i];
+          const uint32_t pr[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          total = __fadd_rn(total, __uint_as_float(pr[j] << 16));
-          total = __fadd_rn(total, __uint_as_float(pr[j] & 0xffff0000u));
+          for (int j = 0; j < 4; ++j) {
+            total = __fadd_rn(total, __uint_as_float(pr[j] << 16));
+            total = __fadd_rn(total, __uint_as_float(pr[j] & 0xffff0000u));
+          }
         }
+        key = topk_key(ref::round_bf16(total), int32_t(e0 + tid));
       }
-      offer(buf, topk_key(ref::round_bf16(total), int32_t(e0 + tid)));
+      offer(buf, key);
     }
     __syncthreads();
-    if (s_count > kSplitCap - kTileKeys) compact_candidates(buf, g.topk);
+    if (s_count > kSplitCap - kTileKeys) cut_candidates<kSplitCap / kSplitThreads>(buf, g.topk, s_hist, &s_sel);
   }
 
-  const int n_held = sort_candidates(buf);
-  const int n_out = std::min(n_held, g.topk);
+  cut_candidates<kSplitCap / kSplitThreads>(buf, g.topk, s_hist, &s_sel);  // no-op when <= topk held
+  const int n_out = s_count;
   uint64_t* out = g.cand + slot * g.ws_topk;
   for (int i = tid; i < n_out; i += kSplitThreads) out[i] = s_keys[i];
   if (tid == 0) g.counts[slot] = n_out;
 }
 
-// One block per row: the lists of the row's splits enter rank-major, `round` ranks of every list
-// per round; a round in which nothing beat the threshold ends the merge (the lists are sorted and
-// the threshold only rises, so nothing later can enter).
+// One block per row. The row's candidates are the valid entries of its splits' lists (list s
+// holds counts[s] keys); entry j of the concatenation is found through the prefix offsets. With
+// k = min(topk, candidates): while more keys are in play than kMergeCap, each radix pass reads
+// the lists; then the keys in play are gathered into shared memory (those already taken into
+// s_take) and the remaining passes run there. The k taken keys are sorted descending.
 __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(TopkArgs g) {
-  __shared__ uint64_t s_keys[kMergeCap];
-  __shared__ int s_cnt[kMaxSplits];
-  __shared__ int s_count, s_added;
-  __shared__ uint64_t s_thr;
+  __shared__ uint64_t s_keys[kMergeCap];  // keys in play
+  __shared__ uint64_t s_take[kMaxTopk];   // taken keys, then sorted
+  __shared__ int s_off[kMaxSplits + 1];
+  __shared__ int s_hist[256];
+  __shared__ SelectState s_sel;
+  __shared__ int s_n_play, s_n_take;
 
   const int t = blockIdx.x, tid = threadIdx.x;
   int32_t* out = g.selected + int64_t(t) * g.topk;
@@ -222,38 +238,94 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(TopkArgs g
   }
   const int n_splits = g.n_splits;
   const int64_t slot0 = int64_t(t) * n_splits;
-  for (int s = tid; s < n_splits; s += kMergeThreads) s_cnt[s] = g.counts[slot0 + s];
-  if (tid == 0) {
-    s_count = 0;
-    s_thr = 0;
+  if (tid < 32) {  // prefix offsets of the lists: lane l sums lists 2l, 2l + 1 (kMaxSplits = 64)
+    const int s0 = 2 * tid, s1 = s0 + 1;
+    const int c0 = s0 < n_splits ? g.counts[slot0 + s0] : 0, c1 = s1 < n_splits ? g.counts[slot0 + s1] : 0;
+    int incl = c0 + c1;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (tid >= o) incl += v;
+    }
+    s_off[s0] = incl - c0 - c1;
+    s_off[s1] = incl - c1;
+    if (tid == 31) s_off[kMaxSplits] = incl;
+    if (tid == 0) {
+      select_init(&s_sel, 0);
+      s_n_play = 0;
+      s_n_take = 0;
+    }
   }
   __syncthreads();
+  const int n_cand = s_off[kMaxSplits];  // lists past n_splits count 0
+  const int k = std::min(n_cand, g.topk);
+  if (tid == 0) s_sel.need = k;
+  __syncthreads();
 
-  const CandidateBuffer buf{s_keys, &s_count, &s_thr};
-  const int round = merge_round(n_splits), per_round = n_splits * round;
-  for (int r0 = 0; r0 < g.topk; r0 += round) {
-    if (s_count > kMergeCap - per_round) compact_candidates(buf, g.topk);
-    if (tid == 0) s_added = 0;
-    __syncthreads();
-    for (int i = tid; i < per_round; i += kMergeThreads) {
-      const int s = i / round, rank = r0 + i % round;
-      if (rank < s_cnt[s]) {
-        const uint64_t key = g.cand[(slot0 + s) * g.ws_topk + rank];
-        if (key > s_thr) {
-          s_keys[atomicAdd(&s_count, 1)] = key;
-          s_added = 1;
-        }
+  // Entry j (< n_cand) of the concatenated lists.
+  auto entry = [&](int j) {
+    int s = 0;
+#pragma unroll
+    for (int step = kMaxSplits / 2; step > 0; step >>= 1)
+      if (s_off[s + step] <= j) s += step;  // the last list s with s_off[s] <= j (s_off[64] = n_cand > j)
+    return g.cand[(slot0 + s) * g.ws_topk + (j - s_off[s])];
+  };
+  auto each_listed = [&](const auto& f) {  // warp-uniform, key 0 past the end (candidates.cuh)
+    for (int base = tid & ~31; base < n_cand; base += kMergeUnroll * kMergeThreads) {
+      uint64_t key[kMergeUnroll];
+#pragma unroll
+      for (int u = 0; u < kMergeUnroll; ++u) {
+        const int j = base + (tid & 31) + u * kMergeThreads;
+        key[u] = j < n_cand ? entry(j) : 0;
       }
+#pragma unroll
+      for (int u = 0; u < kMergeUnroll; ++u) f(key[u]);
     }
-    __syncthreads();
-    const bool added = s_added != 0;
-    __syncthreads();  // everyone has read s_added before it is reset
-    if (!added) break;
-  }
+  };
 
-  const int n_held = sort_candidates(buf);
-  const int n_out = std::min(n_held, g.topk);
-  for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < n_out ? topk_key_index(s_keys[i]) : -1;
+  // Passes over the lists until the keys in play fit (or the select is finished).
+  int shift = 56;
+  bool done = k == n_cand;  // everything is taken (prefix 0)
+  if (!done && n_cand > kMergeCap) {
+    for (; shift >= 0; shift -= 8) {
+      done = radix_pass(each_listed, shift, s_hist, &s_sel);
+      if (done || s_sel.bucket <= kMergeCap) break;
+    }
+    shift -= 8;
+  }
+  // Gather: keys above the prefix are taken (fewer than k), keys on it stay in play (at most
+  // kMergeCap). The bounds checks only guard shared memory should the keys not be unique.
+  {
+    const uint64_t mask = s_sel.mask, prefix = s_sel.prefix;
+    each_listed([&](uint64_t key) {
+      const uint64_t m = key & mask;
+      warp_append(key != 0 && m > prefix, key, s_take, &s_n_take, kMaxTopk);
+      warp_append(key != 0 && m == prefix, key, s_keys, &s_n_play, kMergeCap);
+    });
+  }
+  __syncthreads();
+  const int n_play = s_n_play < kMergeCap ? s_n_play : kMergeCap;
+  if (!done) {
+    radix_select(
+        [&](const auto& f) {
+          for (int i0 = tid & ~31; i0 < n_play; i0 += kMergeThreads) {
+            const int i = i0 + (tid & 31);
+            f(i < n_play ? s_keys[i] : uint64_t(0));
+          }
+        },
+        shift, s_hist, &s_sel);
+  }
+  {
+    const uint64_t thr = s_sel.prefix;
+    for (int i0 = tid & ~31; i0 < n_play; i0 += kMergeThreads) {
+      const int i = i0 + (tid & 31);
+      const uint64_t key = i < n_play ? s_keys[i] : 0;
+      warp_append(key != 0 && key >= thr, key, s_take, &s_n_take, kMaxTopk);
+    }
+  }
+  __syncthreads();
+  sort_keys_desc(s_take, k);  // s_n_take == k
+  for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_take[i]) : -1;
 }
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
@@ -306,6 +378,7 @@ Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float
   g.n_heads = n_heads;
   g.topk = topk;
   g.n_splits = n_splits;
+  g.min_split_keys = split_min_keys(b.n_tokens);
   g.ws_topk = ws.topk();
   g.cand = static_cast<uint64_t*>(ws.data());
   g.counts = reinterpret_cast<int32_t*>(static_cast<char*>(ws.data()) + slots * size_t(ws.topk()) * 8);

@@ -1,7 +1,8 @@
 // topk_plan.h: the host-and-device pieces of the indexer's split top-k that are pure integer
 // logic, kept here so a CPU test can check them without a GPU: how many splits a launch uses and
 // how many keys each split scores, the 64-bit candidate keys (score and index in one ordered
-// word), and the decode of eight packed e2m1 codes to bf16 (byte-permute tables).
+// word), the digit choice of the radix select, and the decode of eight packed e2m1 codes to bf16
+// (byte-permute tables).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@ namespace dsv4::cuda::indexer_detail {
 inline constexpr int kMaxTopk = 512;         // candidate buffers hold 2 x this
 inline constexpr int kMaxSplits = 64;        // splits of one row (and lists the merge reads)
 inline constexpr int kTileKeys = 64;         // keys scored per step of a split: one CSA page
-inline constexpr int kMinSplitKeys = 1024;   // a row is not split finer than this
+inline constexpr int kMinSplitKeys = 1024;   // keys per split of a wide launch (more than kWideRows rows)
 inline constexpr int kWideRows = 64;         // rows that may each use kMaxSplits splits
 inline constexpr int kHeadDim = 128;         // indexer head dim the kernels are built for
 inline constexpr int kKeyBytes = kHeadDim / 2 + kHeadDim / 32;  // 68: [64 B e2m1 pairs][4 ue8m0]
@@ -41,18 +42,37 @@ DSV4_TOPK_HD int launch_splits(int n_tokens, int64_t slots) {
   return int(s < 1 ? 1 : s > kMaxSplits ? kMaxSplits : s);
 }
 
+// Smallest split of a launch with n_tokens rows (a host value): decode-sized launches spread a
+// row's keys over all its splits down to one tile each (short contexts then use many blocks, and
+// a split of at most topk keys skips its selection); wide launches have blocks enough and keep
+// kMinSplitKeys per split, so each block's staged q serves many tiles.
+DSV4_TOPK_HD int split_min_keys(int n_tokens) { return n_tokens <= kWideRows ? kTileKeys : kMinSplitKeys; }
+
 // Keys per split of a row with n_vis candidates: a multiple of kTileKeys (so every tile of a
-// split lies in one page when the ratio is 4), at least kMinSplitKeys.
-DSV4_TOPK_HD int64_t split_keys(int64_t n_vis, int n_splits) {
+// split lies in one page when the ratio is 4), at least min_keys (a multiple of kTileKeys).
+DSV4_TOPK_HD int64_t split_keys(int64_t n_vis, int n_splits, int min_keys = kTileKeys) {
   const int64_t c = ceil_div(ceil_div(n_vis, n_splits), kTileKeys) * kTileKeys;
-  return c < kMinSplitKeys ? kMinSplitKeys : c;
+  return c < min_keys ? min_keys : c;
 }
 
-// Ranks per round of the merge: every list's next `round` ranks enter together, at most 1024
-// candidates per round (half the merge buffer).
-DSV4_TOPK_HD int merge_round(int n_splits) {
-  const int r = 1024 / n_splits;
-  return r < 16 ? 16 : r;
+// One step of the MSB-first radix select over unique 64-bit keys: hist[0, n_bins) counts the
+// keys still in play by digit; the wanted key is the need-th largest of them (1 <= need <= their
+// count). Returns the bin that holds it and sets *above to the keys in higher bins and *bucket to
+// the keys in that bin (every key of the bin is taken when *bucket == need - *above). The device
+// scans 256 bins a warp at a time: the lane whose group of 8 holds the key runs this on its group.
+DSV4_TOPK_HD int radix_digit(const int* hist, int n_bins, int need, int* above, int* bucket) {
+  int acc = 0;
+  for (int d = n_bins - 1; d >= 0; --d) {
+    if (acc + hist[d] >= need) {
+      *above = acc;
+      *bucket = hist[d];
+      return d;
+    }
+    acc += hist[d];
+  }
+  *above = acc;
+  *bucket = 0;
+  return -1;  // fewer than need keys: the caller's contract was broken
 }
 
 DSV4_TOPK_HD uint32_t float_bits(float f) {
