@@ -132,10 +132,11 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
       mark(StepCategory::kW4A16Linear);
       DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.idx_wq_b, a_.qi, int64_t(nI) * dI));
       mark(StepCategory::kIndexer);
-      DSV4_RETURN_IF_ERROR(cuda::indexer_prepare_q(a_.qi, T, nI, dI, r, b.token_pos, L.inv_freq, stream_));
-      // The reference's weight scale, computed the same way (double, then float).
+      // Query prep and head weights in one launch; the reference's weight scale, computed the same
+      // way (double, then float).
       const float scale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(nI)));
-      DSV4_RETURN_IF_ERROR(cuda::indexer_weights(a_.proj + pc.idx_w, pc.n, T, nI, scale, a_.wi, stream_));
+      DSV4_RETURN_IF_ERROR(cuda::indexer_prepare(a_.qi, T, nI, dI, r, b.token_pos, L.inv_freq, a_.proj + pc.idx_w, pc.n,
+                                                 scale, a_.wi, stream_));
       DSV4_RETURN_IF_ERROR(
           cuda::indexer_topk(b, a_.qi, a_.wi, nI, kv.view, c.index_topk, ws_.indexer, a_.selected, stream_));
       if (trace)
