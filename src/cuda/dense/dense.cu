@@ -1,0 +1,231 @@
+// dense.cu: the BF16 decode GEMM of dense.h.
+//
+// The mma is "swapped": W rows are the mma's N (n8 tiles), x rows its M (one or two m16 tiles),
+// so a 16-row x batch costs no padding of W and the weight rows need no shared memory. K is
+// permuted inside every 32-wide step so that each fragment is one 16-byte load: lane (g, t)
+// (g = lane / 4, t = lane % 4) loads elements [8t, 8t + 8) of a step from W row g and from x rows
+// g, g + 8, ...; registers .x/.y feed k16 slice 0 as logical columns (2t, 2t+1)/(2t+8, 2t+9) and
+// .z/.w feed slice 1 the same way. A and B use the same permutation, so each product pairs the
+// same physical k (the sum is over all k, in another order).
+//
+// Block: 8 warps over the block's 8 or 16 W rows (one or two n8 tiles); warp w takes the chunks
+// w, w + 8, ... of K (a chunk is 8 loads of 16 bytes per lane per tile row set: 8 steps with one
+// n8 tile, 4 with two), double-buffered in registers so the next chunk's weights are in flight
+// while the current one is multiplied. x comes from L1/L2 (__ldg); lanes whose x row is past M
+// use zeros. At the end the 8 warps add their fp32 sums through shared memory in warp order and
+// one rounding writes y. W rows past N read a copy of row N-1 and are never stored.
+#include "cuda/dense/dense.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cuda/common/arch.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/pdl.cuh"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kLoadsPerChunk = 8;  // 16-byte W loads per lane per chunk
+
+struct Params {
+  const __nv_bfloat16* x;
+  const __nv_bfloat16* w;
+  void* y;
+  int m, n, k;
+  int64_t ldx, xgs, ldy, ygs;
+};
+
+__device__ __forceinline__ uint4 ld_stream16(const __nv_bfloat16* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// XR: 8-row blocks of x loaded (1: M <= 8, 2: M <= 16, 4: M <= 32); NT: n8 tiles of W per block.
+template <int XR, int NT, bool kBf16Out>
+__global__ void __launch_bounds__(kThreads, 2) dense_decode_kernel(const Params p) {
+  constexpr int MT = (XR + 1) / 2;  // m16 tiles
+  constexpr int U = kLoadsPerChunk / NT;  // 32-wide k steps per chunk
+  constexpr int kRows = 8 * NT;
+  pdl_launch_dependents();
+
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int group = int(blockIdx.y);
+  const int row0 = int(blockIdx.x) * kRows;
+
+  const __nv_bfloat16* wrow[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int r = min(row0 + nt * 8 + g, p.n - 1);
+    wrow[nt] = p.w + (int64_t(group) * p.n + r) * p.k + 8 * t;
+  }
+  const __nv_bfloat16* xrow[XR];
+  bool xok[XR];
+#pragma unroll
+  for (int i = 0; i < XR; ++i) {
+    const int m = g + 8 * i;
+    xok[i] = m < p.m;
+    xrow[i] = p.x + int64_t(min(m, p.m - 1)) * p.ldx + int64_t(group) * p.xgs + 8 * t;
+  }
+
+  const int steps = p.k / 32;
+  const int chunks = (steps + U - 1) / U;
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  uint4 cur[U][NT], nxt[U][NT];
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) cur[u][nt] = nxt[u][nt] = zero;
+  auto load_chunk = [&](int c, uint4(&buf)[U][NT]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int s = c * U + u;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) buf[u][nt] = s < steps ? ld_stream16(wrow[nt] + int64_t(s) * 32) : zero;
+    }
+  };
+
+  int c = warp;
+  if (c < chunks) load_chunk(c, cur);
+  // Weights do not depend on the previous kernel; x may (PDL launches only).
+  pdl_wait();
+  for (; c < chunks; c += kWarps) {
+    if (c + kWarps < chunks) load_chunk(c + kWarps, nxt);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int s = c * U + u;
+      if (s < steps) {
+        uint4 xa[XR];
+#pragma unroll
+        for (int i = 0; i < XR; ++i)
+          xa[i] = xok[i] ? __ldg(reinterpret_cast<const uint4*>(xrow[i] + int64_t(s) * 32)) : zero;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const uint4 lo = xa[2 * mt];  // x row g + 16 mt
+          uint4 hi = zero;              // x row g + 16 mt + 8
+          if constexpr (XR >= 2) hi = xa[2 * mt + 1];
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const uint4 b = cur[u][nt];
+            mma_bf16_16816(acc[mt][nt], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+            mma_bf16_16816(acc[mt][nt], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) cur[u][nt] = nxt[u][nt];
+  }
+
+  // Cross-warp sum in warp order. red[w][reg][lane]: conflict-free writes and reads.
+  constexpr int kRegs = MT * NT * 4;
+  __shared__ float red[kWarps][kRegs][32];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[warp][(mt * NT + nt) * 4 + i][lane] = acc[mt][nt][i];
+  __syncthreads();
+  for (int e = int(threadIdx.x); e < kRegs * 32; e += kThreads) {
+    const int reg = e >> 5, ln = e & 31;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += red[w][reg][ln];
+    const int mt = reg / (NT * 4), nt = (reg / 4) % NT, i = reg % 4;
+    // mma C fragment: c0, c1 at (row g, cols 2t, 2t+1), c2, c3 at row g + 8.
+    const int m = 16 * mt + (ln >> 2) + (i >= 2 ? 8 : 0);
+    const int col = row0 + nt * 8 + 2 * (ln & 3) + (i & 1);
+    if (m < p.m && col < p.n) {
+      const int64_t off = int64_t(m) * p.ldy + int64_t(group) * p.ygs + col;
+      if constexpr (kBf16Out)
+        static_cast<__nv_bfloat16*>(p.y)[off] = __float2bfloat16_rn(sum);
+      else
+        static_cast<float*>(p.y)[off] = sum;
+    }
+  }
+}
+
+template <int XR, int NT>
+Status launch_xr_nt(const Params& p, DenseOut out, int groups, cudaStream_t stream) {
+  const dim3 grid(unsigned((p.n + 8 * NT - 1) / (8 * NT)), unsigned(groups));
+  if (out == DenseOut::kBf16)
+    return launch_kernel(dense_decode_kernel<XR, NT, true>, grid, dim3(kThreads), 0, stream, false, p,
+                         "dense_decode_kernel<bf16>");
+  return launch_kernel(dense_decode_kernel<XR, NT, false>, grid, dim3(kThreads), 0, stream, false, p,
+                       "dense_decode_kernel<f32>");
+}
+
+template <int XR>
+Status launch_xr(const Params& p, DenseOut out, int groups, int nt, cudaStream_t stream) {
+  return nt == 1 ? launch_xr_nt<XR, 1>(p, out, groups, stream) : launch_xr_nt<XR, 2>(p, out, groups, stream);
+}
+
+bool aligned(const void* ptr, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(ptr) & (bytes - 1)) == 0; }
+
+}  // namespace
+
+bool dense_decode_supported(const DenseDecodeShape& s, const void* x, const void* w, const void* y) {
+  if (s.m < 1 || s.m > kDenseDecodeMaxRows || s.n < 1 || s.k < 32 || s.k % 32 != 0) return false;
+  if (s.groups < 1 || s.groups > 65535) return false;
+  if (s.ldx % 8 != 0 || s.x_group_stride % 8 != 0 || s.x_group_stride < 0 || s.y_group_stride < 0) return false;
+  if (s.ldx < (s.groups - 1) * s.x_group_stride + s.k || s.ldy < (s.groups - 1) * s.y_group_stride + s.n) return false;
+  if (s.groups > 1 && (s.x_group_stride < s.k || s.y_group_stride < s.n)) return false;
+  return x != nullptr && w != nullptr && y != nullptr && aligned(x, 16) && aligned(w, 16) && aligned(y, 4);
+}
+
+Status dense_decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DenseOut out,
+                         const DenseDecodeShape& s, cudaStream_t stream, int rows_per_block) {
+  if (!dense_decode_supported(s, x, w, y))
+    return invalid_argument("dense_decode_gemm: unsupported m {} n {} k {} groups {} ldx {} xgs {} ldy {} ygs {}", s.m,
+                            s.n, s.k, s.groups, s.ldx, s.x_group_stride, s.ldy, s.y_group_stride);
+  if (rows_per_block != 0 && rows_per_block != 8 && rows_per_block != 16)
+    return invalid_argument("dense_decode_gemm: rows_per_block {} (0, 8 or 16)", rows_per_block);
+  const int xr = s.m <= 8 ? 1 : s.m <= 16 ? 2 : 4;
+  int nt = rows_per_block / 8;
+  if (nt == 0) {
+    // Two n8 tiles per block halve the x reads per weight byte. One tile doubles the blocks, for
+    // grids of 16-row blocks that would leave SMs idle, as long as the 8-row grid still runs in
+    // one wave (two blocks per SM): a partial second wave costs more than unequal SMs.
+    DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
+    const int64_t blocks16 = int64_t(s.groups) * ((s.n + 15) / 16);
+    const int64_t blocks8 = int64_t(s.groups) * ((s.n + 7) / 8);
+    nt = xr < 4 && blocks16 < dev->n_sms && blocks8 <= 2 * int64_t(dev->n_sms) ? 1 : 2;
+  }
+  const Params p{x, w, y, s.m, s.n, s.k, s.ldx, s.x_group_stride, s.ldy, s.y_group_stride};
+  switch (xr) {
+    case 1: return launch_xr<1>(p, out, s.groups, nt, stream);
+    case 2: return launch_xr<2>(p, out, s.groups, nt, stream);
+    default: return launch_xr<4>(p, out, s.groups, nt, stream);
+  }
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,43 @@
+// dense.h: the BF16 decode GEMM, y[M, N] = x[M, K] . W[N, K]^T for M <= 32 rows, with W bf16
+// row-major, fp32 accumulation and one rounding to the output type (bf16 or fp32). At decode
+// sizes this is a weight stream: every byte of W is read once with 16-byte loads, x is read
+// through L1, and the warps of a block split K and add their sums in a fixed order (no atomics,
+// deterministic). An optional group count runs several independent GEMMs of one shape in one
+// launch (the grouped wo_a): group g reads x columns [g * x_group_stride, + K), W rows
+// [g * N, (g + 1) * N) and writes y columns [g * y_group_stride, + N).
+// Launch shapes depend only on the problem shape (graph-safe); nothing is allocated.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "base/status.h"
+
+namespace dsv4::cuda {
+
+inline constexpr int kDenseDecodeMaxRows = 32;
+
+enum class DenseOut { kF32, kBf16 };
+
+struct DenseDecodeShape {
+  int m = 0;       // rows of x and y, 1..kDenseDecodeMaxRows
+  int n = 0;       // output columns per group (rows of W per group)
+  int k = 0;       // reduction length, a multiple of 32
+  int groups = 1;  // 1..65535
+  int64_t ldx = 0, x_group_stride = 0;  // in elements; multiples of 8 (16-byte rows)
+  int64_t ldy = 0, y_group_stride = 0;  // in elements
+};
+
+// Whether dense_decode_gemm accepts the shape and pointers (x and w 16-byte aligned, y aligned
+// to its element). Callers with another shape use a general GEMM.
+bool dense_decode_supported(const DenseDecodeShape& s, const void* x, const void* w, const void* y);
+
+// y (bf16 or f32, per `out`)[m, g * y_group_stride + j] = sum_kk x[m, g * x_group_stride + kk] .
+// w[(g * n + j) * k + kk], for m < s.m, g < s.groups, j < s.n; nothing else of y is written.
+// rows_per_block: 0 picks by shape; 8 or 16 force a tile height (tests).
+Status dense_decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DenseOut out,
+                         const DenseDecodeShape& s, cudaStream_t stream, int rows_per_block = 0);
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,227 @@
+// dense_test.cpp: the BF16 decode GEMM (cuda/dense/dense.h) against a double-precision host
+// reference, on the forward pass's shapes and on edge shapes.
+//
+// Shapes: the grouped wo_a (8 groups of 1024 x 4096, bf16 out, the o / u strides of the forward
+// pass), the compressed layers' fp32 projection (2624 x 4096 on CSA, 1024 x 4096 on HCA), each at
+// M in {1, 2, 7, 16, 32} and with both tile heights (8 and 16 W rows per block) and the automatic
+// choice; edge shapes: N not a multiple of 8 or 16, K of one partial chunk or not a multiple of
+// a chunk, padded strides, three groups, M = 9 and 20 (partial m16 tiles).
+// Contract checked: every owned output within |ref| 2^-8 (bf16) or 2^-22 (f32) plus
+// sum|x w| 2^-15 of the reference (fp32 sums in another order, one rounding); every other
+// element of the poisoned output (row and group padding, rows past M) left untouched; repeated
+// launches bit-identical. The timed runs print the weight stream's bandwidth (no threshold).
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "base/numeric.h"
+#include "cuda/dense/dense.h"
+#include "harness.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+constexpr int kMaxM = kDenseDecodeMaxRows;
+
+// One problem's host data (x for kMaxM rows; a launch with m rows uses the first m), its device
+// copies and the reference for all kMaxM rows.
+struct Problem {
+  DenseDecodeShape shape;  // m set per launch
+  std::vector<float> x, w;
+  std::vector<double> ref, absdot;  // [kMaxM][groups][n]
+  DeviceBuffer d_x, d_w;
+};
+
+Problem make_problem(int n, int k, int groups, int64_t ldx, int64_t xgs, int64_t ldy, int64_t ygs, uint64_t seed) {
+  Problem p;
+  p.shape.n = n;
+  p.shape.k = k;
+  p.shape.groups = groups;
+  p.shape.ldx = ldx;
+  p.shape.x_group_stride = xgs;
+  p.shape.ldy = ldy;
+  p.shape.y_group_stride = ygs;
+  p.x = random_bf16_values(int64_t(kMaxM) * ldx, seed, 1.0f);
+  p.w = random_bf16_values(int64_t(groups) * n * k, seed + 1, 0.02f);
+  p.ref.assign(size_t(kMaxM) * groups * n, 0.0);
+  p.absdot.assign(p.ref.size(), 0.0);
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int64_t r = 0; r < int64_t(groups) * n; ++r) {
+    const int g = int(r / n), j = int(r % n);
+    const float* wr = &p.w[size_t(r) * size_t(k)];
+    for (int m = 0; m < kMaxM; ++m) {
+      const float* xr = &p.x[size_t(m) * size_t(ldx) + size_t(g) * size_t(xgs)];
+      double s = 0, a = 0;
+      for (int kk = 0; kk < k; ++kk) {
+        const double v = double(xr[kk]) * double(wr[kk]);
+        s += v;
+        a += std::fabs(v);
+      }
+      const size_t o = (size_t(m) * groups + g) * size_t(n) + j;
+      p.ref[o] = s;
+      p.absdot[o] = a;
+    }
+  }
+  p.d_x = upload_vector(to_bf16(p.x));
+  p.d_w = upload_vector(to_bf16(p.w));
+  return p;
+}
+
+// y buffer of kMaxM rows x ldy, poisoned; returns the raw bits after one launch with m rows.
+std::vector<uint8_t> run(const Problem& p, int m, DenseOut out, int rows_per_block, DeviceBuffer& d_y) {
+  poison(d_y);
+  DenseDecodeShape s = p.shape;
+  s.m = m;
+  const Status st = dense_decode_gemm(p.d_x.as<__nv_bfloat16>(), p.d_w.as<__nv_bfloat16>(), d_y.get(), out, s,
+                                      nullptr, rows_per_block);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint16_t> halves = download<uint16_t>(d_y.get(), d_y.bytes() / 2);  // bytes are even
+  std::vector<uint8_t> bytes(halves.size() * 2);
+  std::memcpy(bytes.data(), halves.data(), bytes.size());
+  return bytes;
+}
+
+void check(const char* name, const Problem& p, int m, DenseOut out, int rows_per_block) {
+  const DenseDecodeShape& s = p.shape;
+  const size_t esz = out == DenseOut::kBf16 ? 2 : 4;
+  DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(s.ldy) * esz);
+  const std::vector<uint8_t> bits = run(p, m, out, rows_per_block, d_y);
+  auto value = [&](size_t idx) {
+    if (esz == 2) {
+      uint16_t h;
+      std::memcpy(&h, &bits[idx * 2], 2);
+      return bf16_to_f32(h);
+    }
+    float f;
+    std::memcpy(&f, &bits[idx * 4], 4);
+    return f;
+  };
+  // Owned elements against the reference.
+  std::vector<float> gpu;
+  std::vector<double> ref, tol;
+  std::vector<char> owned(size_t(kMaxM) * size_t(s.ldy), 0);
+  for (int r = 0; r < m; ++r)
+    for (int g = 0; g < s.groups; ++g)
+      for (int j = 0; j < s.n; ++j) {
+        const size_t idx = size_t(r) * size_t(s.ldy) + size_t(g) * size_t(s.y_group_stride) + size_t(j);
+        owned[idx] = 1;
+        const size_t o = (size_t(r) * s.groups + g) * size_t(s.n) + j;
+        gpu.push_back(value(idx));
+        ref.push_back(p.ref[o]);
+        tol.push_back(std::ldexp(std::fabs(p.ref[o]), esz == 2 ? -8 : -22) + std::ldexp(p.absdot[o], -15));
+      }
+  const CompareResult cr = compare(gpu.data(), ref.data(), tol.data(), int64_t(gpu.size()));
+  EXPECT_TRUE(cr.ok(esz == 2 ? 1e-5 : 1e-8)) << name << " M=" << m << " rpb=" << rows_per_block << ": " << cr.summary();
+  // Everything else keeps the poison (0xFF bytes).
+  int64_t touched = 0;
+  for (size_t idx = 0; idx < owned.size(); ++idx) {
+    if (owned[idx]) continue;
+    for (size_t b = 0; b < esz; ++b) touched += bits[idx * esz + b] != 0xFF;
+  }
+  EXPECT_EQ(touched, 0) << name << " M=" << m << ": bytes written outside the output";
+  // Bit-identical on a second launch.
+  const std::vector<uint8_t> again = run(p, m, out, rows_per_block, d_y);
+  EXPECT_TRUE(again == bits) << name << " M=" << m << ": second launch differs";
+  std::printf("[ dense ] %-10s M=%-2d rpb=%-2d max|d|/tol=%.3f nmse=%.2e\n", name, m, rows_per_block, cr.max_ratio,
+              cr.nmse);
+}
+
+// Median-free simple timing: 20 launches after a warm-up, weight bytes / mean time.
+void time_it(const char* name, const Problem& p, int m, DenseOut out) {
+  const DenseDecodeShape& s0 = p.shape;
+  DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(s0.ldy) * (out == DenseOut::kBf16 ? 2 : 4));
+  DenseDecodeShape s = s0;
+  s.m = m;
+  cudaEvent_t a, b;
+  ASSERT_EQ(cudaEventCreate(&a), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&b), cudaSuccess);
+  constexpr int kIters = 20;
+  for (int i = 0; i < 3; ++i)
+    DSV4_ASSERT_OK(dense_decode_gemm(p.d_x.as<__nv_bfloat16>(), p.d_w.as<__nv_bfloat16>(), d_y.get(), out, s, nullptr));
+  ASSERT_EQ(cudaEventRecord(a, nullptr), cudaSuccess);
+  for (int i = 0; i < kIters; ++i)
+    DSV4_ASSERT_OK(dense_decode_gemm(p.d_x.as<__nv_bfloat16>(), p.d_w.as<__nv_bfloat16>(), d_y.get(), out, s, nullptr));
+  ASSERT_EQ(cudaEventRecord(b, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(b), cudaSuccess);
+  float ms = 0;
+  ASSERT_EQ(cudaEventElapsedTime(&ms, a, b), cudaSuccess);
+  const double us = 1000.0 * ms / kIters;
+  const double bytes = double(s.groups) * s.n * s.k * 2;
+  std::printf("[ time  ] %-10s M=%-2d %8.2f us  %7.1f GB/s (weights %.1f MB)\n", name, m, us, bytes / us * 1e-3,
+              bytes * 1e-6);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+}
+
+const int kRealM[] = {1, 2, 7, 16, 32};
+
+TEST(DenseDecode, GroupedWoA) {
+  DSV4_SKIP_WITHOUT_GPU();
+  // Flash: 8 groups, o_lora_rank 1024, group_in_dim 4096; o [T, 8 * 4096], u [T, 8 * 1024].
+  const Problem p = make_problem(1024, 4096, 8, 8 * 4096, 4096, 8 * 1024, 1024, 101);
+  for (int m : kRealM)
+    for (int rpb : {0, 8, 16}) check("wo_a", p, m, DenseOut::kBf16, rpb);
+  for (int m : {1, 32}) time_it("wo_a", p, m, DenseOut::kBf16);
+}
+
+TEST(DenseDecode, CompressedProjections) {
+  DSV4_SKIP_WITHOUT_GPU();
+  for (int n : {2624, 1024}) {
+    const Problem p = make_problem(n, 4096, 1, 4096, 0, n, 0, 202 + uint64_t(n));
+    const char* name = n == 2624 ? "proj_csa" : "proj_hca";
+    for (int m : kRealM)
+      for (int rpb : {0, 8, 16}) check(name, p, m, DenseOut::kF32, rpb);
+    for (int m : {1, 32}) time_it(name, p, m, DenseOut::kF32);
+  }
+}
+
+TEST(DenseDecode, EdgeShapes) {
+  DSV4_SKIP_WITHOUT_GPU();
+  struct Case {
+    const char* name;
+    int n, k, groups;
+    int64_t ldx, xgs, ldy, ygs;
+  };
+  const Case cases[] = {
+      {"n1000", 1000, 4096, 1, 4104, 0, 1003, 0},         // N % 16 != 0, padded rows
+      {"n5_k96", 5, 96, 1, 96, 0, 5, 0},                   // one partial chunk, most warps idle
+      {"k4128", 40, 4128, 1, 4128, 0, 40, 0},              // K one step past a chunk multiple
+      {"grp3", 24, 288, 3, 3 * 288 + 16, 288 + 8, 3 * 30 + 2, 30},  // groups with padded strides
+  };
+  for (const Case& c : cases) {
+    const Problem p = make_problem(c.n, c.k, c.groups, c.ldx, c.xgs, c.ldy, c.ygs, 303);
+    for (int m : {1, 2, 7, 9, 16, 20, 32})
+      for (int rpb : {8, 16}) {
+        check(c.name, p, m, DenseOut::kF32, rpb);
+        check(c.name, p, m, DenseOut::kBf16, rpb);
+      }
+  }
+}
+
+TEST(DenseDecode, RejectsUnsupported) {
+  DenseDecodeShape s;
+  s.m = 33;
+  s.n = 8;
+  s.k = 64;
+  s.ldx = 64;
+  s.ldy = 8;
+  alignas(16) static char buf[64];
+  EXPECT_FALSE(dense_decode_supported(s, buf, buf, buf));
+  s.m = 1;
+  EXPECT_TRUE(dense_decode_supported(s, buf, buf, buf));
+  s.k = 48;  // not a multiple of 32
+  s.ldx = 48;
+  EXPECT_FALSE(dense_decode_supported(s, buf, buf, buf));
+  s.k = 64;
+  s.ldx = 68;  // rows not 16-byte aligned
+  EXPECT_FALSE(dense_decode_supported(s, buf, buf, buf));
+  s.ldx = 64;
+  EXPECT_FALSE(dense_decode_supported(s, buf + 8, buf, buf));
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test
