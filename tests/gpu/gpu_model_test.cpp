@@ -1,8 +1,8 @@
 // gpu_model_test.cpp: GpuModel against the CPU reference (cpu::CpuModel in bf16 numerics) on a
 // flash-shaped W4A16 model with every real dimension (hidden 4096, 4 streams, 64 x 512 heads,
 // q_lora 1024, window 128, CSA ratio 4 with the 64 x 128 top-512 indexer, HCA ratio 128, 256
-// experts + shared) but two layers (CSA, HCA; both hash-routed, as make-model routes layers 0-2)
-// and a 4096-token vocabulary, generated once per binary (~6.5 GB on disk).
+// experts + shared) but three layers (SWA, CSA, HCA; all hash-routed, as make-model routes layers
+// 0-2) and a 4096-token vocabulary, generated once per binary (~10 GB on disk).
 //
 // The prompt is 2304 tokens rather than 1024: at 1024 a CSA row sees at most 256 compressed
 // entries, fewer than the top-512, so the indexer would select everything; from position 2051
@@ -92,8 +92,8 @@ Shared& shared() {
   s.dir = (fs::temp_directory_path() / ("dsv4_gpu_model_" + std::to_string(::getpid()))).string();
   MakeModelOptions o;
   o.preset = "flash-shaped";
-  o.layers = 2;
-  o.layer_types = {"csa", "hca"};
+  o.layers = 3;
+  o.layer_types = {"swa", "csa", "hca"};
   o.vocab = kVocab;
   o.seed = 7;
   o.out_dir = s.dir;
@@ -304,12 +304,13 @@ TEST(GpuModel, OneStepMatchesCpuReference) {
   expect_rows_close("one-shot decode rows vs CPU decode", rows_of(one.logits, decode_rows),
                     rows_of(ref.decode_logits, decode_ref), kCpuRelTol, kTop1Slack);
 
-  // Selections of the CSA layer (0); HCA (1) has none.
-  ASSERT_EQ(one.trace.selected.size(), 2u);
-  ASSERT_EQ(ref.trace.layers.size(), 2u);
-  EXPECT_TRUE(one.trace.selected[1].empty());
-  const auto& gsel = one.trace.selected[0];
-  const auto& csel = ref.trace.layers[0].attention.selected;
+  // Selections of the CSA layer (1); SWA (0) and HCA (2) have none.
+  ASSERT_EQ(one.trace.selected.size(), 3u);
+  ASSERT_EQ(ref.trace.layers.size(), 3u);
+  EXPECT_TRUE(one.trace.selected[0].empty());
+  EXPECT_TRUE(one.trace.selected[2].empty());
+  const auto& gsel = one.trace.selected[1];
+  const auto& csel = ref.trace.layers[1].attention.selected;
   ASSERT_EQ(gsel.size(), s.ids.size());
   ASSERT_EQ(csel.size(), size_t(kPrompt));
   int64_t common = 0, total = 0, common_choose = 0, total_choose = 0;
@@ -336,7 +337,7 @@ TEST(GpuModel, OneStepMatchesCpuReference) {
 
   // Routed experts, compared as sets per row (the GPU sorts by id).
   const int K = s.cfg.n_experts_per_tok;
-  for (int l = 0; l < 2; ++l) {
+  for (int l = 0; l < 3; ++l) {
     const std::vector<int32_t>& ge = one.trace.experts[size_t(l)];
     const std::vector<int32_t>& ce = ref.trace.layers[size_t(l)].experts;
     ASSERT_EQ(ge.size(), s.ids.size() * size_t(K));
