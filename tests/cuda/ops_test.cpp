@@ -202,6 +202,13 @@ TEST(OpsHost, LaunchersValidate) {
   LayerKvView kv;
   kv.entry_bytes = 576;  // not 584
   EXPECT_FALSE(kv_finish(fake_bf16, 1536, 1, fake_f32, 1e-6f, fake_i32, fake_f32, kv, fake_u8, nullptr).is_ok());
+  const LayerKvView flash_kv;  // nope 448, rope 64, 584-byte records
+  EXPECT_FALSE(qkv_norm_finish(fake_bf16, 1536, 1, 1024, fake_f32, 1e-6f, 1016, fake_f32, 1e-6f, fake_i32, fake_f32,
+                               flash_kv, fake_u8, nullptr).is_ok());  // kv columns overlap the q columns
+  EXPECT_FALSE(qkv_norm_finish(fake_bf16, 1536, 1, 1024, fake_f32, 1e-6f, 1032, fake_f32, 1e-6f, fake_i32, fake_f32,
+                               flash_kv, fake_u8, nullptr).is_ok());  // kv columns past ld
+  EXPECT_FALSE(qkv_norm_finish(fake_bf16, 1536, 1, 1024, fake_f32, 1e-6f, 1024, fake_f32, 1e-6f, fake_i32, fake_f32,
+                               kv, fake_u8, nullptr).is_ok());  // entry_bytes 576
   EXPECT_FALSE(embed_streams(fake_bf16, 129280, 4096, fake_i32, 1, 4, nullptr, nullptr).is_ok());
   StepBatchView b;
   b.n_tokens = 1;
@@ -638,6 +645,155 @@ TEST(Ops, KvFinish) {
   check_kv_finish(c, c.nope_dim(), c.rope_dim, c.q_lora_rank, {1, 7, 64});
   // The tiny test model: nope 48 (one short fp8 block), rope 16, 88-byte records.
   check_kv_finish(c, 48, 16, 128, {7});
+}
+
+// ---- qkv_norm_finish --------------------------------------------------------------------------
+
+// The fused launch against rmsnorm_rows + kv_finish (each checked against the CPU reference
+// above): the whole buffer and the records must match bit for bit.
+void check_qkv_norm_finish(const ModelConfig& c, int q_n, int nope, int r, const std::vector<int>& token_counts) {
+  const int d = nope + r;
+  const int64_t kv_col = q_n, ld = q_n + d;
+  LayerKvView layout;
+  layout.nope = nope;
+  layout.rope = r;
+  layout.entry_bytes = int(kv::entry_bytes(nope, r));
+  const int eb = layout.entry_bytes;
+  DeviceBuffer d_qw = upload_vector(norm_weights(size_t(q_n), 51));
+  DeviceBuffer d_kvw = upload_vector(norm_weights(size_t(d), 52));
+  const cpu::Rope rope(c.rope_compress, r);
+  DeviceBuffer d_freq = upload_vector(rope.inv_freq());
+  const float eps = float(c.norm_eps);
+  for (int T : token_counts) {
+    SCOPED_TRACE("q_n " + std::to_string(q_n) + ", nope " + std::to_string(nope) + ", T=" + std::to_string(T));
+    const std::vector<uint16_t> buf = to_bf16(random_bf16_values(T * ld, 1600 + uint64_t(T), 2.0f));
+    DeviceBuffer d_pos = upload_vector(random_positions(T, 1700 + uint64_t(T)));
+    DeviceBuffer buf2 = upload_vector(buf), rec2 = device_alloc(size_t(T) * eb);
+    DeviceBuffer buf1 = upload_vector(buf), rec1 = device_alloc(size_t(T) * eb);
+    poison(rec1);
+    poison(rec2);
+    DSV4_ASSERT_OK(rmsnorm_rows(buf2.as<__nv_bfloat16>(), ld, T, q_n, d_qw.as<float>(), eps, nullptr));
+    DSV4_ASSERT_OK(kv_finish(buf2.as<__nv_bfloat16>() + kv_col, ld, T, d_kvw.as<float>(), eps, d_pos.as<int32_t>(),
+                             d_freq.as<float>(), layout, rec2.as<uint8_t>(), nullptr));
+    DSV4_ASSERT_OK(qkv_norm_finish(buf1.as<__nv_bfloat16>(), ld, T, q_n, d_qw.as<float>(), eps, kv_col,
+                                   d_kvw.as<float>(), eps, d_pos.as<int32_t>(), d_freq.as<float>(), layout,
+                                   rec1.as<uint8_t>(), nullptr));
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint16_t> b1 = download<uint16_t>(buf1.get(), buf.size());
+    const std::vector<uint16_t> b2 = download<uint16_t>(buf2.get(), buf.size());
+    const std::vector<uint8_t> r1 = download_bytes(rec1.get(), size_t(T) * eb);
+    const std::vector<uint8_t> r2 = download_bytes(rec2.get(), size_t(T) * eb);
+    int64_t buf_differ = 0, rec_differ = 0, q_changed = 0;
+    for (size_t i = 0; i < b1.size(); ++i) {
+      buf_differ += b1[i] != b2[i];
+      q_changed += int64_t(i % size_t(ld)) < q_n && b1[i] != buf[i];
+    }
+    for (size_t i = 0; i < r1.size(); ++i) rec_differ += r1[i] != r2[i];
+    std::printf("  qkv_norm_finish vs two calls: buffer %lld, record bytes %lld differ; %lld q values normed\n",
+                (long long)buf_differ, (long long)rec_differ, (long long)q_changed);
+    EXPECT_EQ(buf_differ, 0) << "q columns must equal rmsnorm_rows' bit for bit, the rest untouched";
+    EXPECT_EQ(rec_differ, 0) << "records must equal kv_finish's bit for bit";
+    EXPECT_GT(q_changed, int64_t(T) * q_n / 2) << "the q columns were not normalized";
+  }
+}
+
+TEST(Ops, QkvNormFinish) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ModelConfig& c = flash();
+  // Flash: qa = columns [0, 1024), kv = [1024, 1536) of the fused wq_a|wkv output. T = 1, 4 and
+  // 5 (one and two kv blocks), 32, 64.
+  check_qkv_norm_finish(c, c.q_lora_rank, c.nope_dim(), c.rope_dim, {1, 4, 5, 7, 32, 64});
+  // The tiny test model: q_lora 128, nope 48, rope 16.
+  check_qkv_norm_finish(c, 128, 48, 16, {7});
+}
+
+// ---- timing -----------------------------------------------------------------------------------
+
+// Median time of one launch over 50 back-to-back launches (events between them), after a warm-up,
+// in us. Prints the per-kernel latency of the decode step's small launches.
+template <typename F>
+void time_launch(const char* name, int T, F&& launch) {
+  constexpr int kWarm = 5, kRuns = 50;
+  for (int i = 0; i < kWarm; ++i) DSV4_ASSERT_OK(launch());
+  std::vector<cudaEvent_t> ev(kRuns + 1);
+  for (cudaEvent_t& e : ev) DSV4_ASSERT_CUDA(cudaEventCreate(&e));
+  for (int i = 0; i < kRuns; ++i) {
+    DSV4_ASSERT_CUDA(cudaEventRecord(ev[size_t(i)], nullptr));
+    DSV4_ASSERT_OK(launch());
+  }
+  DSV4_ASSERT_CUDA(cudaEventRecord(ev[kRuns], nullptr));
+  DSV4_ASSERT_CUDA(cudaEventSynchronize(ev[kRuns]));
+  std::vector<float> us(kRuns);
+  for (int i = 0; i < kRuns; ++i) {
+    float ms = 0.0f;
+    DSV4_ASSERT_CUDA(cudaEventElapsedTime(&ms, ev[size_t(i)], ev[size_t(i) + 1]));
+    us[size_t(i)] = 1000.0f * ms;
+  }
+  for (cudaEvent_t e : ev) cudaEventDestroy(e);
+  std::sort(us.begin(), us.end());
+  std::printf("[ time  ] %-18s T=%-2d %8.2f us (median of %d; min %.2f)\n", name, T, 0.5 * (us[kRuns / 2 - 1] + us[kRuns / 2]),
+              kRuns, us[0]);
+}
+
+TEST(Ops, Timing) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ModelConfig& c = flash();
+  const int D = c.hidden, hc = c.hc_mult, n_mix = c.hc_mix(), n_mix_out = hc + hc * hc;
+  const int64_t hcD = c.hc_dim();
+  const int H = c.n_heads, hd = c.head_dim, r = c.rope_dim, q_n = c.q_lora_rank;
+  const int64_t ld = q_n + hd;
+  const float eps = float(c.norm_eps);
+  constexpr int kMaxT = 32;
+  const DeviceHcParams d_hp(random_hc_params(n_mix, 3, hcD, 61));
+  const DeviceHcParams d_head(random_hc_params(hc, 1, hcD, 62));
+  DeviceBuffer d_norm_w = upload_vector(norm_weights(size_t(D), 63));
+  DeviceBuffer d_qw = upload_vector(norm_weights(size_t(q_n), 64));
+  DeviceBuffer d_kvw = upload_vector(norm_weights(size_t(hd), 65));
+  const cpu::Rope rope(c.rope_compress, r);
+  DeviceBuffer d_freq = upload_vector(rope.inv_freq());
+  DeviceBuffer d_pos = upload_vector(random_positions(kMaxT, 66));
+  DeviceBuffer X = upload_vector(to_bf16(random_bf16_values(kMaxT * hcD, 67, 1.0f)));
+  DeviceBuffer y = upload_vector(to_bf16(random_bf16_values(int64_t(kMaxT) * D, 68, 1.0f)));
+  DeviceBuffer x = device_alloc(size_t(kMaxT) * D * 2);
+  DeviceBuffer mix = device_alloc(size_t(kMaxT) * n_mix_out * 4), post_mix = device_alloc(size_t(kMaxT) * n_mix_out * 4);
+  DeviceBuffer qkv = upload_vector(to_bf16(random_bf16_values(kMaxT * ld, 69, 1.0f)));
+  DeviceBuffer q = upload_vector(to_bf16(random_bf16_values(int64_t(kMaxT) * H * hd, 70, 1.0f)));
+  const LayerKvView layout;  // Flash records
+  DeviceBuffer rec = device_alloc(size_t(kMaxT) * layout.entry_bytes);
+  const HcDims dims = flash_hc_dims();
+  auto* Xb = X.as<__nv_bfloat16>();
+  auto* yb = y.as<__nv_bfloat16>();
+  auto* xb = x.as<__nv_bfloat16>();
+  // A valid post mix (post in (0, 2), comb doubly stochastic) for hc_post and hc_post_pre_norm.
+  DSV4_ASSERT_OK(hc_pre_norm(Xb, kMaxT, d_hp.view(), d_norm_w.as<float>(), dims, xb, post_mix.as<float>(), nullptr));
+  for (int T : {1, 32}) {
+    time_launch("hc_pre_norm", T, [&] {
+      return hc_pre_norm(Xb, T, d_hp.view(), d_norm_w.as<float>(), dims, xb, mix.as<float>(), nullptr);
+    });
+    time_launch("hc_post", T, [&] { return hc_post(Xb, yb, post_mix.as<float>(), T, dims, nullptr); });
+    time_launch("hc_post_pre_norm", T, [&] {
+      return hc_post_pre_norm(Xb, yb, post_mix.as<float>(), T, d_hp.view(), d_norm_w.as<float>(), dims, xb,
+                              mix.as<float>(), nullptr);
+    });
+    time_launch("hc_head_norm", T, [&] {
+      return hc_head_norm(Xb, nullptr, T, d_head.view(), d_norm_w.as<float>(), dims, xb, nullptr);
+    });
+    time_launch("rmsnorm_rows", T, [&] {
+      return rmsnorm_rows(qkv.as<__nv_bfloat16>(), ld, T, q_n, d_qw.as<float>(), eps, nullptr);
+    });
+    time_launch("kv_finish", T, [&] {
+      return kv_finish(qkv.as<__nv_bfloat16>() + q_n, ld, T, d_kvw.as<float>(), eps, d_pos.as<int32_t>(),
+                       d_freq.as<float>(), layout, rec.as<uint8_t>(), nullptr);
+    });
+    time_launch("qkv_norm_finish", T, [&] {
+      return qkv_norm_finish(qkv.as<__nv_bfloat16>(), ld, T, q_n, d_qw.as<float>(), eps, q_n, d_kvw.as<float>(), eps,
+                             d_pos.as<int32_t>(), d_freq.as<float>(), layout, rec.as<uint8_t>(), nullptr);
+    });
+    time_launch("q_norm_rope", T, [&] {
+      return q_norm_rope(q.as<__nv_bfloat16>(), T, H, hd, r, d_pos.as<int32_t>(), d_freq.as<float>(), eps, nullptr);
+    });
+  }
+  DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
 }
 
 // ---- window_save ------------------------------------------------------------------------------

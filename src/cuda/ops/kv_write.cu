@@ -2,6 +2,7 @@
 // 584-byte records (cpu::attention_forward: kv_norm, bf16, RoPE, bf16, fp8sim of the nope dims;
 // kv::pack_entry's layout [nope e4m3][rope bf16][ue8m0 scales, zero pad to 8]) and the copy of
 // each sequence's newest records into its window ring. A record row fits one warp.
+// qkv_norm_finish runs kv_finish's warps and rmsnorm_rows' blocks (the q_norm) in one launch.
 #include <cstdint>
 
 #include "cuda/common/cuda_check.h"
@@ -19,6 +20,8 @@ constexpr int kRowWarps = 4;     // kv_finish rows per block
 constexpr int kRowChunks = 4;    // head_dim <= 32 * 8 * 4 = 1024
 constexpr int kSaveWarps = 8;    // window_save rows per block
 constexpr int kFp8Block = 64;    // nope dims per ue8m0 scale
+constexpr int kQNormThreads = 128;  // qkv_norm_finish's q_norm blocks, as rmsnorm_rows (norm_rope.cu)
+constexpr int kQNormChunks = 4;     // n <= 128 * 8 * 4 = 4096, as rmsnorm_rows
 
 struct KvFinishArgs {
   const __nv_bfloat16* kv;  // bf16 [T, ld], first nope + rope columns used
@@ -35,10 +38,9 @@ struct KvFinishArgs {
 // block (64 dims = 8 chunks) is held by 8 consecutive lanes of one i, since 32 % 8 == 0. A short
 // last block (nope % 64 != 0: the small test models) shares its 8 lanes with rope chunks, which
 // take no part in its amax (as in cpu::fp8sim, whose last block is shorter).
-__global__ void __launch_bounds__(kRowWarps * 32) kv_finish_kernel(KvFinishArgs a) {
-  const int lane = threadIdx.x & 31;
-  const int t = blockIdx.x * kRowWarps + (threadIdx.x >> 5);
-  if (t >= a.T) return;  // whole warps leave together
+// The warp's row t < a.T (kv_finish_kernel and qkv_norm_finish_kernel share it, so both give
+// the same bits).
+__device__ __forceinline__ void kv_finish_row(const KvFinishArgs& a, int t, int lane) {
   const int d = a.nope + a.rope, n_chunks = d / 8;
   const __nv_bfloat16* src = a.kv + int64_t(t) * a.ld;
   uint8_t* rec = a.records + int64_t(t) * a.entry_bytes;
@@ -53,7 +55,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) kv_finish_kernel(KvFinishArgs 
     if (c < n_chunks) {
       load_bf16x8(src + 8 * c, v[ci]);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) ss += v[ci][e] * v[ci][e];
+      for (int e = 0; e < 8; ++e) ss = __fmaf_rn(v[ci][e], v[ci][e], ss);
     }
   }
   ss = warp_sum(ss);
@@ -119,6 +121,36 @@ __global__ void __launch_bounds__(kRowWarps * 32) kv_finish_kernel(KvFinishArgs 
   if (lane < a.entry_bytes - scale0 - n_scales) rec[scale0 + n_scales + lane] = 0;
 }
 
+__global__ void __launch_bounds__(kRowWarps * 32) kv_finish_kernel(KvFinishArgs a) {
+  const int t = blockIdx.x * kRowWarps + (threadIdx.x >> 5);
+  if (t >= a.T) return;  // whole warps leave together
+  kv_finish_row(a, t, threadIdx.x & 31);
+}
+
+struct QNormArgs {
+  __nv_bfloat16* x;  // bf16 rows of n values, row stride ld (the qa columns)
+  int64_t ld;
+  int n;
+  const float* w;    // f32 [n]
+  float eps;
+};
+
+// qkv_norm_finish: grid ceil(T / 4) + T, 128 threads. Blocks [0, ceil(T / 4)) are
+// kv_finish_kernel's blocks, the next T are rmsnorm_rows_kernel's (one per row, the whole block:
+// the branch is uniform per block, so block_sum's barriers are safe). They touch disjoint columns.
+__global__ void __launch_bounds__(kRowWarps * 32) qkv_norm_finish_kernel(QNormArgs q, KvFinishArgs a) {
+  static_assert(kRowWarps * 32 == kQNormThreads, "rmsnorm_rows' block size");
+  const int kv_blocks = (a.T + kRowWarps - 1) / kRowWarps;
+  if (int(blockIdx.x) >= kv_blocks) {
+    __shared__ float s_red[32];
+    rmsnorm_row_block<kQNormChunks>(q.x + int64_t(int(blockIdx.x) - kv_blocks) * q.ld, q.n, q.w, q.eps, s_red);
+    return;
+  }
+  const int t = blockIdx.x * kRowWarps + (threadIdx.x >> 5);
+  if (t >= a.T) return;  // whole warps leave together
+  kv_finish_row(a, t, threadIdx.x & 31);
+}
+
 // grid ceil(n_tokens / 8), 8 warps; warp = one token row of the step. The row is saved when its
 // sequence is real and it is among the sequence's last W rows (older rows would share a ring
 // slot with a newer one). Record copies in 8-byte words.
@@ -148,27 +180,60 @@ int main_record_bytes(int nope, int rope) {
   return (nope + 2 * rope + (nope + kFp8Block - 1) / kFp8Block + 7) / 8 * 8;
 }
 
+// kv_finish's checks (name: the entry point, for the messages).
+Status check_kv_finish(const char* name, const __nv_bfloat16* kv, int64_t ld, int T, const float* norm_w,
+                       const int32_t* token_pos, const float* inv_freq, const LayerKvView& layout,
+                       const uint8_t* records) {
+  if (kv == nullptr || norm_w == nullptr || token_pos == nullptr || records == nullptr ||
+      (layout.rope > 0 && inv_freq == nullptr))
+    return invalid_argument("{}: null pointer", name);
+  const int nope = layout.nope, rope = layout.rope, d = nope + rope;
+  if (nope < 8 || nope % 8 != 0 || rope < 0 || rope % 8 != 0 || d > 8 * 32 * kRowChunks)
+    return invalid_argument("{}: nope {} and rope {} must be multiples of 8, nope + rope <= {}", name, nope, rope,
+                            8 * 32 * kRowChunks);
+  if (layout.entry_bytes != main_record_bytes(nope, rope))
+    return invalid_argument("{}: entry_bytes {} (expected {} for nope {}, rope {})", name, layout.entry_bytes,
+                            main_record_bytes(nope, rope), nope, rope);
+  if (ld < d || ld % 8 != 0 || T < 0)
+    return invalid_argument("{}: ld {} (>= {}, a multiple of 8), T {}", name, ld, d, T);
+  if (!aligned(kv, 16) || !aligned(norm_w, 16) || !aligned(records, 8))
+    return invalid_argument("{}: kv and norm_w must be 16-byte aligned, records 8-byte aligned", name);
+  return Status::ok();
+}
+
 }  // namespace
 
 Status kv_finish(const __nv_bfloat16* kv, int64_t ld, int T, const float* norm_w, float eps, const int32_t* token_pos,
                  const float* inv_freq, const LayerKvView& layout, uint8_t* records, cudaStream_t stream) {
-  if (kv == nullptr || norm_w == nullptr || token_pos == nullptr || records == nullptr ||
-      (layout.rope > 0 && inv_freq == nullptr))
-    return invalid_argument("kv_finish: null pointer");
-  const int nope = layout.nope, rope = layout.rope, d = nope + rope;
-  if (nope < 8 || nope % 8 != 0 || rope < 0 || rope % 8 != 0 || d > 8 * 32 * kRowChunks)
-    return invalid_argument("kv_finish: nope {} and rope {} must be multiples of 8, nope + rope <= {}", nope, rope,
-                            8 * 32 * kRowChunks);
-  if (layout.entry_bytes != main_record_bytes(nope, rope))
-    return invalid_argument("kv_finish: entry_bytes {} (expected {} for nope {}, rope {})", layout.entry_bytes,
-                            main_record_bytes(nope, rope), nope, rope);
-  if (ld < d || ld % 8 != 0 || T < 0) return invalid_argument("kv_finish: ld {} (>= {}, a multiple of 8), T {}", ld, d, T);
-  if (!aligned(kv, 16) || !aligned(norm_w, 16) || !aligned(records, 8))
-    return invalid_argument("kv_finish: kv and norm_w must be 16-byte aligned, records 8-byte aligned");
+  DSV4_RETURN_IF_ERROR(check_kv_finish("kv_finish", kv, ld, T, norm_w, token_pos, inv_freq, layout, records));
   if (T == 0) return Status::ok();
-  const KvFinishArgs a{kv, ld, T, nope, rope, layout.entry_bytes, norm_w, eps, token_pos, inv_freq, records};
+  const KvFinishArgs a{kv, ld, T, layout.nope, layout.rope, layout.entry_bytes, norm_w, eps, token_pos, inv_freq,
+                       records};
   kv_finish_kernel<<<(T + kRowWarps - 1) / kRowWarps, kRowWarps * 32, 0, stream>>>(a);
   return last_launch_status("kv_finish");
+}
+
+Status qkv_norm_finish(__nv_bfloat16* qkv, int64_t ld, int T, int q_n, const float* q_norm_w, float q_eps,
+                       int64_t kv_col, const float* kv_norm_w, float kv_eps, const int32_t* token_pos,
+                       const float* inv_freq, const LayerKvView& layout, uint8_t* records, cudaStream_t stream) {
+  if (qkv == nullptr || q_norm_w == nullptr) return invalid_argument("qkv_norm_finish: null pointer");
+  const int d = layout.nope + layout.rope;
+  if (q_n < 8 || q_n % 8 != 0 || q_n > 8 * kQNormThreads * kQNormChunks || kv_col < q_n || kv_col % 8 != 0 ||
+      kv_col + d > ld)
+    return invalid_argument("qkv_norm_finish: q_n {} must be a multiple of 8 up to {}, kv_col {} a multiple of 8 in "
+                            "[q_n, ld - {}] (ld {})",
+                            q_n, 8 * kQNormThreads * kQNormChunks, kv_col, d, ld);
+  if (!aligned(qkv, 16) || !aligned(q_norm_w, 16))
+    return invalid_argument("qkv_norm_finish: qkv and q_norm_w must be 16-byte aligned");
+  DSV4_RETURN_IF_ERROR(
+      check_kv_finish("qkv_norm_finish", qkv + kv_col, ld, T, kv_norm_w, token_pos, inv_freq, layout, records));
+  if (T == 0) return Status::ok();
+  const KvFinishArgs a{qkv + kv_col, ld, T, layout.nope, layout.rope, layout.entry_bytes, kv_norm_w, kv_eps,
+                       token_pos, inv_freq, records};
+  const QNormArgs q{qkv, ld, q_n, q_norm_w, q_eps};
+  const int blocks = (T + kRowWarps - 1) / kRowWarps + T;
+  qkv_norm_finish_kernel<<<blocks, kRowWarps * 32, 0, stream>>>(q, a);
+  return last_launch_status("qkv_norm_finish");
 }
 
 Status window_save(const StepBatchView& b, const LayerKvView& kv, cudaStream_t stream) {

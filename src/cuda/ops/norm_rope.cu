@@ -20,37 +20,11 @@ constexpr int kNormChunks = 4;  // n <= 128 * 8 * 4 = 4096
 constexpr int kHeadWarps = 4;   // query heads per block
 constexpr int kHeadChunks = 4;  // d <= 32 * 8 * 4 = 1024
 
-// grid T, 128 threads; thread = chunks of 8 values c = tid + 128 i.
+// grid T, 128 threads; thread = chunks of 8 values c = tid + 128 i (ops_util.cuh).
 __global__ void __launch_bounds__(kNormThreads)
     rmsnorm_rows_kernel(__nv_bfloat16* __restrict__ x, int64_t ld, int n, const float* __restrict__ w, float eps) {
   __shared__ float s_red[32];
-  __nv_bfloat16* row = x + int64_t(blockIdx.x) * ld;
-  const int n_chunks = n / 8;
-  float v[kNormChunks][8];
-  float ss = 0.0f;
-#pragma unroll
-  for (int ci = 0; ci < kNormChunks; ++ci) {
-    const int c = threadIdx.x + ci * kNormThreads;
-    if (c < n_chunks) {
-      load_bf16x8(row + 8 * c, v[ci]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) ss += v[ci][e] * v[ci][e];
-    }
-  }
-  ss = block_sum(ss, s_red);
-  const float r = 1.0f / sqrtf(ss / float(n) + eps);
-#pragma unroll
-  for (int ci = 0; ci < kNormChunks; ++ci) {
-    const int c = threadIdx.x + ci * kNormThreads;
-    if (c >= n_chunks) continue;
-    const float4 w0 = __ldg(reinterpret_cast<const float4*>(w + 8 * c));
-    const float4 w1 = __ldg(reinterpret_cast<const float4*>(w + 8 * c + 4));
-    const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-    float out[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) out[e] = __fmul_rn(wv[e], __fmul_rn(v[ci][e], r));
-    store_bf16x8(row + 8 * c, out);
-  }
+  rmsnorm_row_block<kNormChunks>(x + int64_t(blockIdx.x) * ld, n, w, eps, s_red);
 }
 
 // grid ceil(T * H / 4), 4 warps; warp = one head (t, h), lane = chunks c = lane + 32 i.

@@ -76,6 +76,14 @@ Status q_norm_rope(__nv_bfloat16* q, int T, int H, int d, int rope_dim, const in
 Status kv_finish(const __nv_bfloat16* kv, int64_t ld, int T, const float* norm_w, float eps, const int32_t* token_pos,
                  const float* inv_freq, const LayerKvView& layout, uint8_t* records, cudaStream_t stream);
 
+// rmsnorm_rows(qkv, ld, T, q_n, q_norm_w, q_eps) and kv_finish(qkv + kv_col, ld, T, kv_norm_w,
+// kv_eps, token_pos, inv_freq, layout, records) in one launch (both read the fused wq_a|wkv
+// output), with the same results bit for bit. The q columns [0, q_n) and the kv columns
+// [kv_col, kv_col + nope + rope) must not overlap: kv_col >= q_n, a multiple of 8.
+Status qkv_norm_finish(__nv_bfloat16* qkv, int64_t ld, int T, int q_n, const float* q_norm_w, float q_eps,
+                       int64_t kv_col, const float* kv_norm_w, float kv_eps, const int32_t* token_pos,
+                       const float* inv_freq, const LayerKvView& layout, uint8_t* records, cudaStream_t stream);
+
 // After attention: copies the chunk records of each sequence's last min(ntok, W) rows into its
 // window ring (slot seq_slot, index pos % W). Skips padding.
 Status window_save(const StepBatchView& b, const LayerKvView& kv, cudaStream_t stream);

@@ -56,6 +56,42 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return s;
 }
 
+// In-place weighted RMSNorm of one row of n values (n a multiple of 8, n <= 8 * blockDim.x *
+// kChunks) by the whole block, then bf16: thread = chunks of 8 values c = tid + blockDim.x i.
+// The sum of squares is an explicit fma chain per thread (the same bits wherever it is inlined:
+// rmsnorm_rows and qkv_norm_finish), then block_sum; the products follow the reference.
+// `scratch`: 32 floats of shared memory. Every thread of the block must call it.
+template <int kChunks>
+__device__ __forceinline__ void rmsnorm_row_block(__nv_bfloat16* __restrict__ row, int n, const float* __restrict__ w,
+                                                  float eps, float* scratch) {
+  const int n_chunks = n / 8, nt = int(blockDim.x);
+  float v[kChunks][8];
+  float ss = 0.0f;
+#pragma unroll
+  for (int ci = 0; ci < kChunks; ++ci) {
+    const int c = int(threadIdx.x) + ci * nt;
+    if (c < n_chunks) {
+      load_bf16x8(row + 8 * c, v[ci]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss = __fmaf_rn(v[ci][e], v[ci][e], ss);
+    }
+  }
+  ss = block_sum(ss, scratch);
+  const float r = 1.0f / sqrtf(ss / float(n) + eps);
+#pragma unroll
+  for (int ci = 0; ci < kChunks; ++ci) {
+    const int c = int(threadIdx.x) + ci * nt;
+    if (c >= n_chunks) continue;
+    const float4 w0 = __ldg(reinterpret_cast<const float4*>(w + 8 * c));
+    const float4 w1 = __ldg(reinterpret_cast<const float4*>(w + 8 * c + 4));
+    const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+    float out[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = __fmul_rn(wv[e], __fmul_rn(v[ci][e], r));
+    store_bf16x8(row + 8 * c, out);
+  }
+}
+
 // cpu::Rope::rotate for one pair at `angle` (fp32 pos * inv_freq): precise sincosf (full-range
 // argument reduction, positions reach 2^18 radians), products and sums rounded as the reference.
 __device__ __forceinline__ void rope_pair(float& a, float& b, float angle) {
