@@ -43,22 +43,39 @@ __device__ __forceinline__ float warp_reduce_scatter(float (&v)[kWidth], int lan
 
 // cpu::sinkhorn on a hc x hc matrix held by lanes 0 .. hc*hc - 1 (lane = j * hc + k holds
 // M[j][k]); the whole warp calls it (other lanes compute garbage nobody reads). hc <= 5.
-__device__ __forceinline__ float sinkhorn_warp(float m, int hc, int iters, float eps, int lane) {
+// kHc > 0 fixes hc at compile time: the gathers of a row or column are then unrolled (hc
+// independent shuffles in flight, then the adds in the reference's order) and the lane's row
+// and column are shifts; the arithmetic and its order are the same as with a runtime hc
+// (kHc = 0), so both give the same bits. The loop is a serial chain of 2 * iters normalizations,
+// the critical path of the finish kernel.
+template <int kHc>
+__device__ __forceinline__ float sinkhorn_warp_t(float m, int hc_rt, int iters, float eps, int lane) {
+  const int hc = kHc > 0 ? kHc : hc_rt;
   const int j = lane / hc, k = lane % hc;
   const int row0 = (j * hc) & 31;  // lanes past hc*hc read some lane; their result is unused
-  auto row_sum = [&](float v) {
+  auto gather_sum = [&](float v, int first, int step) {
+    float g[kHc > 0 ? kHc : 1];
     float s = 0.0f;
-    for (int kk = 0; kk < hc; ++kk) s += __shfl_sync(kFullMask, v, (row0 + kk) & 31);
+    if constexpr (kHc > 0) {
+#pragma unroll
+      for (int i = 0; i < kHc; ++i) g[i] = __shfl_sync(kFullMask, v, (first + i * step) & 31);
+#pragma unroll
+      for (int i = 0; i < kHc; ++i) s += g[i];
+    } else {
+      (void)g;
+      for (int i = 0; i < hc; ++i) s += __shfl_sync(kFullMask, v, (first + i * step) & 31);
+    }
     return s;
   };
-  auto col_sum = [&](float v) {
-    float s = 0.0f;
-    for (int jj = 0; jj < hc; ++jj) s += __shfl_sync(kFullMask, v, (jj * hc + k) & 31);
-    return s;
-  };
+  auto row_sum = [&](float v) { return gather_sum(v, row0, 1); };
+  auto col_sum = [&](float v) { return gather_sum(v, k, hc); };
   // Row softmax, then + eps.
   float mx = __shfl_sync(kFullMask, m, row0);
-  for (int kk = 1; kk < hc; ++kk) mx = fmaxf(mx, __shfl_sync(kFullMask, m, (row0 + kk) & 31));
+#pragma unroll
+  for (int kk = 1; kk < (kHc > 0 ? kHc : 5); ++kk) {
+    if (kHc == 0 && kk >= hc) break;
+    mx = fmaxf(mx, __shfl_sync(kFullMask, m, (row0 + kk) & 31));
+  }
   const float e = expf(m - mx);
   m = e / row_sum(e) + eps;
   m = m / (col_sum(m) + eps);
@@ -67,6 +84,11 @@ __device__ __forceinline__ float sinkhorn_warp(float m, int hc, int iters, float
     m = m / (col_sum(m) + eps);
   }
   return m;
+}
+
+__device__ __forceinline__ float sinkhorn_warp(float m, int hc, int iters, float eps, int lane) {
+  // Warp-uniform branch: hc = 4 (DeepSeek-V4) gets the unrolled chain.
+  return hc == 4 ? sinkhorn_warp_t<4>(m, hc, iters, eps, lane) : sinkhorn_warp_t<0>(m, hc, iters, eps, lane);
 }
 
 // sigmoid as cpu::sigmoid: 1 / (1 + exp(-x)).
