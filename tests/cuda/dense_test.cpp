@@ -10,11 +10,18 @@
 // sum|x w| 2^-15 of the reference (fp32 sums in another order, one rounding); every other
 // element of the poisoned output (row and group padding, rows past M) left untouched; repeated
 // launches bit-identical. The timed runs print the weight stream's bandwidth (no threshold).
+// VsCublas times the kernel and the cuBLAS calls of src/gpu/blas.cpp on the same data (the
+// numbers behind blas.cpp's routing switches); it prints, it asserts only that the calls run.
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "base/numeric.h"
@@ -200,6 +207,128 @@ TEST(DenseDecode, EdgeShapes) {
         check(c.name, p, m, DenseOut::kBf16, rpb);
       }
   }
+}
+
+// ---- Kernel vs cuBLAS timing ----
+//
+// Each timed call reads one of `copies` weight copies in turn (together > 2x the 50 MB L2, and
+// at least 4), so the weights come from HBM as in the model. The stream is held by a host
+// function until all 50 calls and the 51 events between them are queued, so the calls run back
+// to back as in a replayed graph (no host launch gaps): call i takes events i .. i + 1. Printed:
+// the median and the mean of the 50, and weight bytes / median.
+struct TimedShape {
+  const char* name;
+  int n, k, groups;
+  bool bf16_out;  // grouped wo_a: bf16; projections: f32
+};
+
+std::atomic<bool> g_release{false};
+void CUDART_CB hold_stream(void*) {
+  while (!g_release.load(std::memory_order_acquire)) std::this_thread::yield();
+}
+
+// Runs call(i) for i < kTimed after warm-up; returns {median, mean} in microseconds.
+std::pair<double, double> time_calls(cudaStream_t stream, const std::function<void(int)>& call) {
+  constexpr int kTimed = 50;
+  for (int i = 0; i < 5; ++i) call(i);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  std::vector<cudaEvent_t> ev(kTimed + 1);
+  for (cudaEvent_t& e : ev) EXPECT_EQ(cudaEventCreate(&e), cudaSuccess);
+  g_release.store(false, std::memory_order_release);
+  EXPECT_EQ(cudaLaunchHostFunc(stream, hold_stream, nullptr), cudaSuccess);
+  for (int i = 0; i < kTimed; ++i) {
+    EXPECT_EQ(cudaEventRecord(ev[size_t(i)], stream), cudaSuccess);
+    call(i);
+  }
+  EXPECT_EQ(cudaEventRecord(ev[kTimed], stream), cudaSuccess);
+  g_release.store(true, std::memory_order_release);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  std::vector<double> us(kTimed);
+  for (int i = 0; i < kTimed; ++i) {
+    float ms = 0;
+    EXPECT_EQ(cudaEventElapsedTime(&ms, ev[size_t(i)], ev[size_t(i) + 1]), cudaSuccess);
+    us[size_t(i)] = 1000.0 * ms;
+  }
+  float total = 0;
+  EXPECT_EQ(cudaEventElapsedTime(&total, ev[0], ev[kTimed]), cudaSuccess);
+  for (cudaEvent_t e : ev) cudaEventDestroy(e);
+  std::sort(us.begin(), us.end());
+  return {0.5 * (us[kTimed / 2 - 1] + us[kTimed / 2]), 1000.0 * total / kTimed};
+}
+
+TEST(DenseDecode, VsCublas) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const TimedShape shapes[] = {
+      {"wo_a", 1024, 4096, 8, true},
+      {"proj_csa", 2624, 4096, 1, false},
+      {"proj_hca", 1024, 4096, 1, false},
+  };
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  // The handle as Blas::init sets it up: own workspace, fp32 split-K reductions.
+  cublasHandle_t handle = nullptr;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasSetStream(handle, stream), CUBLAS_STATUS_SUCCESS);
+  DeviceBuffer workspace = device_alloc(size_t(32) << 20);  // gpu_model.cpp kBlasWorkspaceBytes
+  ASSERT_EQ(cublasSetWorkspace(handle, workspace.get(), workspace.bytes()), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasSetMathMode(handle, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+            CUBLAS_STATUS_SUCCESS);
+  for (const TimedShape& ts : shapes) {
+    const size_t wbytes = size_t(ts.groups) * size_t(ts.n) * size_t(ts.k) * 2;
+    const int copies = int(std::max<size_t>(4, (size_t(120) << 20) / wbytes + 1));
+    const std::vector<uint16_t> w_host = to_bf16(random_bf16_values(int64_t(wbytes / 2), 7, 0.02f));
+    DeviceBuffer d_w = device_alloc(wbytes * size_t(copies));
+    for (int c = 0; c < copies; ++c)
+      ASSERT_EQ(cudaMemcpy(static_cast<char*>(d_w.get()) + wbytes * size_t(c), w_host.data(), wbytes,
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+    const int64_t ldx = int64_t(ts.groups) * ts.k, ldy = int64_t(ts.groups) * ts.n;
+    const DeviceBuffer d_x = upload_vector(to_bf16(random_bf16_values(int64_t(kMaxM) * ldx, 8, 1.0f)));
+    DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(ldy) * (ts.bf16_out ? 2 : 4));
+    const auto* x = d_x.as<__nv_bfloat16>();
+    auto weights = [&](int i) {
+      return reinterpret_cast<const __nv_bfloat16*>(static_cast<const char*>(d_w.get()) + wbytes * size_t(i % copies));
+    };
+    for (int m : {1, 8, 32}) {
+      DenseDecodeShape s;
+      s.m = m;
+      s.n = ts.n;
+      s.k = ts.k;
+      s.groups = ts.groups;
+      s.ldx = ldx;
+      s.x_group_stride = ts.groups > 1 ? ts.k : 0;
+      s.ldy = ldy;
+      s.y_group_stride = ts.groups > 1 ? ts.n : 0;
+      const DenseOut out = ts.bf16_out ? DenseOut::kBf16 : DenseOut::kF32;
+      auto report = [&](const char* who, std::pair<double, double> t) {
+        std::printf("[ vs    ] %-8s M=%-2d %-12s median %7.2f us  mean %7.2f us  %7.1f GB/s  (%d copies of %.1f MB)\n",
+                    ts.name, m, who, t.first, t.second, double(wbytes) / t.first * 1e-3, copies, double(wbytes) * 1e-6);
+      };
+      for (int rpb : {0, 8, 16}) {
+        const auto t = time_calls(stream, [&](int i) {
+          const Status st = dense_decode_gemm(x, weights(i), d_y.get(), out, s, stream, rpb);
+          EXPECT_TRUE(st.is_ok()) << st.to_string();
+        });
+        report(rpb == 0 ? "dense" : rpb == 8 ? "dense rpb8" : "dense rpb16", t);
+      }
+      const float one = 1.0f, zero = 0.0f;
+      const auto t = time_calls(stream, [&](int i) {
+        cublasStatus_t st;
+        if (ts.groups > 1)  // as Blas::grouped_bf16_out
+          st = cublasGemmStridedBatchedEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, ts.n, m, ts.k, &one, weights(i), CUDA_R_16BF,
+                                          ts.k, int64_t(ts.n) * ts.k, x, CUDA_R_16BF, int(ldx), ts.k, &zero, d_y.get(),
+                                          CUDA_R_16BF, int(ldy), ts.n, ts.groups, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        else  // as Blas::gemm_f32_out
+          st = cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, ts.n, m, ts.k, &one, weights(i), CUDA_R_16BF, ts.k, x,
+                            CUDA_R_16BF, int(ldx), &zero, d_y.get(), CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT);
+        EXPECT_EQ(st, CUBLAS_STATUS_SUCCESS);
+      });
+      report("cublas", t);
+    }
+  }
+  cublasDestroy(handle);
+  cudaStreamDestroy(stream);
 }
 
 TEST(DenseDecode, RejectsUnsupported) {

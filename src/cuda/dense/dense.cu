@@ -10,8 +10,8 @@
 //
 // Block: 8 warps over the block's 8 or 16 W rows (one or two n8 tiles); warp w takes the chunks
 // w, w + 8, ... of K (a chunk is 8 loads of 16 bytes per lane per tile row set: 8 steps with one
-// n8 tile, 4 with two), double-buffered in registers so the next chunk's weights are in flight
-// while the current one is multiplied. x comes from L1/L2 (__ldg); lanes whose x row is past M
+// n8 tile, 4 with two), in two register buffers used in turn, so two chunks of weights per warp
+// (8 KB) are in flight while the warp multiplies. x comes from L1/L2 (__ldg); lanes whose x row is past M
 // use zeros. At the end the 8 warps add their fp32 sums through shared memory in warp order and
 // one rounding writes y. W rows past N read a copy of row N-1 and are never stored.
 #include "cuda/dense/dense.h"
@@ -97,11 +97,10 @@ __global__ void __launch_bounds__(kThreads, 2) dense_decode_kernel(const Params 
       for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
 
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  uint4 cur[U][NT], nxt[U][NT];
-#pragma unroll
-  for (int u = 0; u < U; ++u)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) cur[u][nt] = nxt[u][nt] = zero;
+  // Two register buffers used in turn (never copied into each other: a register copy would wait
+  // for the load in flight), so each warp keeps two chunks of weights in flight while it
+  // multiplies: the buffer just multiplied is refilled with the chunk 2 * kWarps ahead.
+  uint4 buf_a[U][NT], buf_b[U][NT];
   auto load_chunk = [&](int c, uint4(&buf)[U][NT]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -110,13 +109,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_decode_kernel(const Params 
       for (int nt = 0; nt < NT; ++nt) buf[u][nt] = s < steps ? ld_stream16(wrow[nt] + int64_t(s) * 32) : zero;
     }
   };
-
-  int c = warp;
-  if (c < chunks) load_chunk(c, cur);
-  // Weights do not depend on the previous kernel; x may (PDL launches only).
-  pdl_wait();
-  for (; c < chunks; c += kWarps) {
-    if (c + kWarps < chunks) load_chunk(c + kWarps, nxt);
+  auto mma_chunk = [&](int c, const uint4(&buf)[U][NT]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int s = c * U + u;
@@ -132,17 +125,29 @@ __global__ void __launch_bounds__(kThreads, 2) dense_decode_kernel(const Params 
           if constexpr (XR >= 2) hi = xa[2 * mt + 1];
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            const uint4 b = cur[u][nt];
+            const uint4 b = buf[u][nt];
             mma_bf16_16816(acc[mt][nt], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
             mma_bf16_16816(acc[mt][nt], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
           }
         }
       }
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) cur[u][nt] = nxt[u][nt];
+  };
+
+  // Warp w takes chunks w, w + kWarps, w + 2 kWarps, ...: even ones through buf_a, odd ones
+  // through buf_b.
+  int c = warp;
+  if (c < chunks) load_chunk(c, buf_a);
+  if (c + kWarps < chunks) load_chunk(c + kWarps, buf_b);
+  // Weights do not depend on the previous kernel; x may (PDL launches only).
+  pdl_wait();
+  for (; c < chunks; c += 2 * kWarps) {
+    mma_chunk(c, buf_a);
+    if (c + 2 * kWarps < chunks) load_chunk(c + 2 * kWarps, buf_a);
+    if (c + kWarps < chunks) {
+      mma_chunk(c + kWarps, buf_b);
+      if (c + 3 * kWarps < chunks) load_chunk(c + 3 * kWarps, buf_b);
+    }
   }
 
   // Cross-warp sum in warp order. red[w][reg][lane]: conflict-free writes and reads.
