@@ -1,11 +1,27 @@
-// blas.cpp: cublasGemmEx / cublasGemmStridedBatchedEx behind Blas (see blas.h). Row-major
-// y[m, n] = x[m, k] . w[n, k]^T is the column-major y^T[n, m] = op_T(w as [k, n]) . (x as [k, m]).
+// blas.cpp: cuda::dense_decode_gemm (decode batches, where switched on) or cublasGemmEx /
+// cublasGemmStridedBatchedEx behind Blas (see blas.h). Row-major y[m, n] = x[m, k] . w[n, k]^T is
+// the column-major y^T[n, m] = op_T(w as [k, n]) . (x as [k, m]).
 #include "gpu/blas.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "base/check.h"
+#include "cuda/dense/dense.h"
 
 namespace dsv4::gpu {
 namespace {
+
+// Routing of decode batches (M <= kDenseMaxRows) per shape class. Measurement behind them:
+// tests/cuda/dense_test.cpp DenseDecode.VsCublas (kernel vs these very cuBLAS calls, same data,
+// weights from HBM) on the H200. Round 1 (0d9102d kernel, d9ecd60 routing) made the 20-layer
+// step's dense_linear 0.81 ms against cuBLAS's 0.67 ms, so both stay off until VsCublas shows
+// the kernel ahead at M = 1, 8, 32 for that class; the lead flips them from its numbers.
+// DSV4_DENSE_DECODE (read once in init) overrides both for A/B runs without a rebuild:
+// "woa", "proj", "woa,proj", or "none".
+constexpr bool kUseDenseForWoA = false;   // grouped wo_a, 8 x (1024 x 4096), bf16 out
+constexpr bool kUseDenseForProj = false;  // fp32-out projections (2624 or 1024 x 4096); never the LM head
+constexpr int kDenseMaxRows = cuda::kDenseDecodeMaxRows;
 
 Status blas_status(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::ok();
@@ -13,6 +29,14 @@ Status blas_status(cublasStatus_t s, const char* what) {
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// Whether a call goes to the decode kernel: switched on for its class, few rows, a weight that
+// is not the LM head, and a shape the kernel takes.
+bool use_decode_kernel(bool enabled, const cuda::DenseDecodeShape& s, const void* x, const void* w, const void* y) {
+  const size_t weight_bytes = size_t(s.groups) * size_t(s.n) * size_t(s.k) * 2;
+  return enabled && s.m <= kDenseMaxRows && weight_bytes <= Blas::kDecodeMaxWeightBytes &&
+         cuda::dense_decode_supported(s, x, w, y);
+}
 
 }  // namespace
 
@@ -24,6 +48,13 @@ Status Blas::init(cudaStream_t stream, void* workspace, size_t workspace_bytes) 
   DSV4_CHECK(handle_ == nullptr, "Blas::init called twice");
   DSV4_RETURN_IF_ERROR(blas_status(cublasCreate(&handle_), "cublasCreate"));
   DSV4_RETURN_IF_ERROR(blas_status(cublasSetStream(handle_, stream), "cublasSetStream"));
+  stream_ = stream;
+  dense_woa_ = kUseDenseForWoA;
+  dense_proj_ = kUseDenseForProj;
+  if (const char* env = std::getenv("DSV4_DENSE_DECODE"); env != nullptr) {
+    dense_woa_ = std::strstr(env, "woa") != nullptr;
+    dense_proj_ = std::strstr(env, "proj") != nullptr;
+  }
   // NOTE: with its own workspace cuBLAS never allocates inside a call, which graph capture needs.
   DSV4_RETURN_IF_ERROR(blas_status(cublasSetWorkspace(handle_, workspace, workspace_bytes), "cublasSetWorkspace"));
   // Split-K reductions stay in fp32 even when the output is bf16 (the reference rounds once).
@@ -39,6 +70,14 @@ Status Blas::gemm_f32_out(const __nv_bfloat16* x, int64_t ldx, int m, const __nv
     return invalid_argument("gemm_f32_out: bad shape m {} n {} k {} ldx {} ldy {}", m, n, k, ldx, ldy);
   if (x == nullptr || w == nullptr || y == nullptr || !aligned16(x) || !aligned16(w) || !aligned16(y))
     return invalid_argument("gemm_f32_out: null or unaligned operand");
+  cuda::DenseDecodeShape ds;
+  ds.m = m;
+  ds.n = n;
+  ds.k = k;
+  ds.ldx = ldx;
+  ds.ldy = ldy;
+  if (use_decode_kernel(dense_proj_, ds, x, w, y))
+    return cuda::dense_decode_gemm(x, w, y, cuda::DenseOut::kF32, ds, stream_);
   const float one = 1.0f, zero = 0.0f;
   return blas_status(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w, CUDA_R_16BF, k, x, CUDA_R_16BF,
                                   int(ldx), &zero, y, CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -51,6 +90,17 @@ Status Blas::grouped_bf16_out(const __nv_bfloat16* o, int m, int groups, const _
     return invalid_argument("grouped_bf16_out: bad shape m {} groups {} n {} k {}", m, groups, n, k);
   if (o == nullptr || w == nullptr || u == nullptr || !aligned16(o) || !aligned16(w) || !aligned16(u))
     return invalid_argument("grouped_bf16_out: null or unaligned operand");
+  cuda::DenseDecodeShape ds;
+  ds.m = m;
+  ds.n = n;
+  ds.k = k;
+  ds.groups = groups;
+  ds.ldx = int64_t(groups) * k;
+  ds.x_group_stride = k;
+  ds.ldy = int64_t(groups) * n;
+  ds.y_group_stride = n;
+  if (use_decode_kernel(dense_woa_, ds, o, w, u))
+    return cuda::dense_decode_gemm(o, w, u, cuda::DenseOut::kBf16, ds, stream_);
   const float one = 1.0f, zero = 0.0f;
   // Batch g: A = rows [g*n, (g+1)*n) of w, B = columns [g*k, (g+1)*k) of o, C = columns [g*n, (g+1)*n) of u.
   return blas_status(cublasGemmStridedBatchedEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w, CUDA_R_16BF, k,

@@ -1,13 +1,18 @@
-// blas.h: the three cuBLAS GEMMs of the forward pass, with bf16 inputs and fp32 accumulation:
+// blas.h: the three dense GEMMs of the forward pass, with bf16 inputs and fp32 accumulation:
 // the dense projections that stay fp32 (compressors, indexer head weights), the grouped wo_a
-// (bf16 out) and the LM head (fp32 logits). The handle is bound to the model's stream and to a
-// workspace allocated at load, so no call allocates and every call can be captured in a graph.
+// (bf16 out) and the LM head (fp32 logits), on cuBLAS. Decode batches (up to
+// cuda::kDenseDecodeMaxRows rows) of the projections and of wo_a can run on the weight-streaming
+// kernel of cuda/dense/dense.h instead, per shape class, as blas.cpp's switches say (never
+// weights larger than kDecodeMaxWeightBytes: the LM head). The handle is bound to the model's
+// stream and to a workspace allocated at load, so no call allocates and every call can be
+// captured in a graph.
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "base/status.h"
@@ -16,6 +21,9 @@ namespace dsv4::gpu {
 
 class Blas {
  public:
+  // Weights above this size stay on cuBLAS even for decode batches (see the file comment).
+  static constexpr size_t kDecodeMaxWeightBytes = size_t(256) << 20;
+
   Blas() = default;
   ~Blas();
   Blas(const Blas&) = delete;
@@ -35,6 +43,8 @@ class Blas {
 
  private:
   cublasHandle_t handle_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  bool dense_woa_ = false, dense_proj_ = false;  // set by init (blas.cpp's switches)
 };
 
 }  // namespace dsv4::gpu
