@@ -103,9 +103,8 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   DSV4_RETURN_IF_ERROR(gemm(a_.x, D, T, L.wqkv, a_.qkv, ld_qkv));
   mark(StepCategory::kMhcNorm);
   // qa = bf16(rmsnorm(qa, q_norm)); kv -> kv_norm, rope, fp8 nope -> 584-byte records in the chunk
-  DSV4_RETURN_IF_ERROR(cuda::rmsnorm_rows(a_.qkv, ld_qkv, T, ql, L.q_norm, eps, stream_));
-  DSV4_RETURN_IF_ERROR(cuda::kv_finish(a_.qkv + ql, ld_qkv, T, L.kv_norm, eps, b.token_pos, L.inv_freq, kv.view,
-                                       kv.view.chunk, stream_));
+  DSV4_RETURN_IF_ERROR(cuda::qkv_norm_finish(a_.qkv, ld_qkv, T, ql, L.q_norm, eps, ql, L.kv_norm, eps, b.token_pos,
+                                             L.inv_freq, kv.view, kv.view.chunk, stream_));
   // q = bf16(qa wq_b^T), then per head unweighted rmsnorm and rope
   mark(StepCategory::kW4A16Linear);
   DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
