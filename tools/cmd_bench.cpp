@@ -34,6 +34,7 @@ using nlohmann::json;
 struct BenchArgs {
   std::string model, synthetic, out, commit = "unknown", command;
   std::vector<std::string> layer_types;  // synthetic: per-layer swa|csa|hca (default: Flash's pattern)
+  std::string dense_decode = "none";     // GpuModelOptions::dense_decode
   int layers = 20;
   std::vector<int> batches = {1, 32};
   std::vector<int64_t> contexts = {4096};
@@ -162,6 +163,7 @@ int run_bench(const BenchArgs& a) {
   o.max_positions = ctx_blocks * 256;
   o.n_kv_blocks = int(ctx_blocks * max_b);
   o.graph_batch_sizes = a.batches;
+  o.dense_decode = a.dense_decode;
   std::sort(o.graph_batch_sizes.begin(), o.graph_batch_sizes.end());
   const auto t_load = Clock::now();
   auto model = gpu::GpuModel::load(*cfg, *weights, o);
@@ -189,6 +191,7 @@ int run_bench(const BenchArgs& a) {
   out["commit"] = a.commit;
   out["command"] = a.command;
   out["model"] = a.model.empty() ? fmt::format("synthetic flash, {} layers", cfg->n_layers) : a.model;
+  out["dense_decode"] = a.dense_decode;
   out["copy_bandwidth_gbs"] = *bw;
   out["device_bytes"] = m.device_bytes();
   json& runs = out["runs"];
@@ -318,6 +321,8 @@ void register_bench(CLI::App& app, int& exit_code) {
   cmd->add_option("--decode-steps", a->decode_steps, "timed decode steps per point")->capture_default_str();
   cmd->add_option("--chunk", a->chunk, "prefill chunk (tokens per step)")->capture_default_str();
   cmd->add_option("--seed", a->seed, "synthetic weights seed")->capture_default_str();
+  cmd->add_option("--dense-decode", a->dense_decode, "none | woa | proj | woa,proj: dense linears of decode batches "
+                  "on the dense decode kernel instead of cuBLAS")->capture_default_str();
   cmd->add_option("--out", a->out, "JSON result file");
   cmd->add_option("--commit", a->commit, "commit recorded in the JSON");
   cmd->add_option("--command", a->command, "command line recorded in the JSON");

@@ -4,7 +4,6 @@
 #include "gpu/blas.h"
 
 #include <cstdlib>
-#include <cstring>
 
 #include "base/check.h"
 #include "cuda/dense/dense.h"
@@ -16,11 +15,9 @@ namespace {
 // tests/cuda/dense_test.cpp DenseDecode.VsCublas (kernel vs these very cuBLAS calls, same data,
 // weights from HBM) on the H200. Round 1 (0d9102d kernel, d9ecd60 routing) made the 20-layer
 // step's dense_linear 0.81 ms against cuBLAS's 0.67 ms, so both stay off until VsCublas shows
-// the kernel ahead at M = 1, 8, 32 for that class; the lead flips them from its numbers.
-// DSV4_DENSE_DECODE (read once in init) overrides both for A/B runs without a rebuild:
-// "woa", "proj", "woa,proj", or "none".
-constexpr bool kUseDenseForWoA = false;   // grouped wo_a, 8 x (1024 x 4096), bf16 out
-constexpr bool kUseDenseForProj = false;  // fp32-out projections (2624 or 1024 x 4096); never the LM head
+// the kernel ahead at M = 1, 8, 32 for that class. GpuModelOptions::dense_decode (`dsv4 bench
+// --dense-decode`) turns them on for A/B runs: grouped wo_a (8 x 1024 x 4096, bf16 out) and the
+// fp32-out projections (2624 or 1024 x 4096); never the LM head.
 constexpr int kDenseMaxRows = cuda::kDenseDecodeMaxRows;
 
 Status blas_status(cublasStatus_t s, const char* what) {
@@ -44,17 +41,13 @@ Blas::~Blas() {
   if (handle_ != nullptr) cublasDestroy(handle_);
 }
 
-Status Blas::init(cudaStream_t stream, void* workspace, size_t workspace_bytes) {
+Status Blas::init(cudaStream_t stream, void* workspace, size_t workspace_bytes, bool dense_woa, bool dense_proj) {
   DSV4_CHECK(handle_ == nullptr, "Blas::init called twice");
   DSV4_RETURN_IF_ERROR(blas_status(cublasCreate(&handle_), "cublasCreate"));
   DSV4_RETURN_IF_ERROR(blas_status(cublasSetStream(handle_, stream), "cublasSetStream"));
   stream_ = stream;
-  dense_woa_ = kUseDenseForWoA;
-  dense_proj_ = kUseDenseForProj;
-  if (const char* env = std::getenv("DSV4_DENSE_DECODE"); env != nullptr) {
-    dense_woa_ = std::strstr(env, "woa") != nullptr;
-    dense_proj_ = std::strstr(env, "proj") != nullptr;
-  }
+  dense_woa_ = dense_woa;
+  dense_proj_ = dense_proj;
   // NOTE: with its own workspace cuBLAS never allocates inside a call, which graph capture needs.
   DSV4_RETURN_IF_ERROR(blas_status(cublasSetWorkspace(handle_, workspace, workspace_bytes), "cublasSetWorkspace"));
   // Split-K reductions stay in fp32 even when the output is bf16 (the reference rounds once).

@@ -30,7 +30,9 @@ class Blas {
   Blas& operator=(const Blas&) = delete;
 
   // Creates the handle on `stream` with `workspace` (device, workspace_bytes) as its only scratch.
-  Status init(cudaStream_t stream, void* workspace, size_t workspace_bytes);
+  // dense_woa / dense_proj: decode batches of wo_a / the projections on the dense decode kernel.
+  Status init(cudaStream_t stream, void* workspace, size_t workspace_bytes, bool dense_woa = false,
+              bool dense_proj = false);
 
   // y f32 [m, n] (row stride ldy) = x bf16 [m, k] (row stride ldx) . w bf16 [n, k]^T.
   Status gemm_f32_out(const __nv_bfloat16* x, int64_t ldx, int m, const __nv_bfloat16* w, int n, int k, float* y,
@@ -44,7 +46,7 @@ class Blas {
  private:
   cublasHandle_t handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  bool dense_woa_ = false, dense_proj_ = false;  // set by init (blas.cpp's switches)
+  bool dense_woa_ = false, dense_proj_ = false;  // set by init (GpuModelOptions::dense_decode)
 };
 
 }  // namespace dsv4::gpu

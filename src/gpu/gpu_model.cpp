@@ -197,7 +197,11 @@ struct GpuModel::Impl {
     DSV4_ASSIGN_OR_RETURN(ws.attention, cuda::AttentionWorkspace::create(T, c.n_heads, c.head_dim));
     arena.account(ws.attention.bytes(), cat);
     DSV4_ASSIGN_OR_RETURN(void* blas_ws, arena.alloc(kBlasWorkspaceBytes, cat, "the cuBLAS workspace"));
-    return ws.blas.init(so.stream, blas_ws, kBlasWorkspaceBytes);
+    const std::string& dd = opts.dense_decode;
+    if (dd != "none" && dd != "woa" && dd != "proj" && dd != "woa,proj")
+      return invalid_argument("dense_decode must be none, woa, proj or woa,proj, found '{}'", dd);
+    return ws.blas.init(so.stream, blas_ws, kBlasWorkspaceBytes, dd.find("woa") != std::string::npos,
+                        dd.find("proj") != std::string::npos);
   }
 
   // n_kv_blocks: as asked, else enough for every slot at max_positions, capped by the memory left

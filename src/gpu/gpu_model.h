@@ -27,6 +27,9 @@ struct GpuModelOptions {
   int64_t max_positions = 0;       // longest sequence (0: the config's max_position_embeddings)
   // options() reports the resolved values (n_kv_blocks, max_positions) after load.
   std::vector<int> graph_batch_sizes;  // decode batch sizes to capture (empty: eager only)
+  // Decode batches (<= 32 rows) of these dense BF16 linears on the dense decode kernel instead of
+  // cuBLAS: "none", "woa" (grouped wo_a), "proj" (compressor/indexer projections), "woa,proj".
+  std::string dense_decode = "none";
 };
 
 // One sequence's part of a step (host memory; the model copies it to its static device buffers).
