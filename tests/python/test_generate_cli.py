@@ -35,8 +35,10 @@ def main():
         if stop.strip():
             e = gen("--prompt", "Hello there", "--max-tokens", "6", "--temperature", "0", "--stop", stop)
             check(e[0] == 0 and e[1].rstrip("\n") == text[:text.index(stop)] and "finish stop" in e[2], (stop, e))
+        # Without a GPU (CI) --device cuda is a clear error, not a crash; on a GPU machine the tiny
+        # model's dimensions are refused by the CUDA runner, which runs Flash's shapes only.
         f = gen("--prompt", "x", "--device", "cuda")
-        check(f[0] != 0 and "CUDA runner does not exist" in f[2], f)
+        check(f[0] != 0 and ("no CUDA device" in f[2] or "no CUDA support" in f[2] or "GPU" in f[2]), f)
     print("test_generate_cli: all passed")
 
 
