@@ -6,22 +6,16 @@
 
 #include <cmath>
 
+#include "base/splitmix.h"
 #include "model/weights.h"
 
 namespace dsv4 {
 
 namespace {
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 class Draw {
  public:
-  explicit Draw(uint64_t seed) : s_(mix64(seed)) {}
+  explicit Draw(uint64_t seed) : s_(splitmix64(seed)) {}
   // Approximately normal (sum of four uniforms, rescaled to unit variance).
   float normal() {
     float acc = 0.0f;
@@ -33,7 +27,7 @@ class Draw {
     for (float& x : v) x = mean + stddev * normal();
     return v;
   }
-  uint64_t next() { return s_ = mix64(s_); }
+  uint64_t next() { return s_ = splitmix64(s_); }
 
  private:
   uint64_t s_;

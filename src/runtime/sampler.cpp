@@ -8,16 +8,10 @@
 #include <limits>
 
 #include "base/check.h"
+#include "base/splitmix.h"
 
 namespace dsv4::runtime {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // Most likely first; ties broken by the lower id, so the order is total and deterministic.
 bool more_likely(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
@@ -26,10 +20,7 @@ bool more_likely(const std::pair<float, int32_t>& a, const std::pair<float, int3
 
 }  // namespace
 
-double counter_uniform(uint64_t seed, int64_t index) {
-  const uint64_t h = splitmix64(splitmix64(seed) ^ splitmix64(uint64_t(index) + 0x632BE59BD9B4E019ull));
-  return double(h >> 11) * 0x1.0p-53;  // 53 random bits
-}
+double counter_uniform(uint64_t seed, int64_t index) { return counter_uniform_draw(seed, index); }
 
 TokenLogprob Sampler::sample(std::span<const float> logits, const SamplingParams& p, uint64_t seed,
                              int64_t index) {

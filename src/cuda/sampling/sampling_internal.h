@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "base/splitmix.h"
 #include "base/status.h"
 
 #if defined(__CUDACC__)
@@ -104,18 +105,8 @@ inline WorkspaceLayout workspace_layout(int max_rows, int vocab) {
   return l;
 }
 
-// splitmix64 and the draw of runtime::counter_uniform (runtime/sampler.cpp), bit for bit.
-DSV4_SAMPLING_HD uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-DSV4_SAMPLING_HD double counter_uniform(uint64_t seed, int64_t index) {
-  const uint64_t h = splitmix64(splitmix64(seed) ^ splitmix64(uint64_t(index) + 0x632BE59BD9B4E019ull));
-  return double(h >> 11) * 0x1.0p-53;  // 53 random bits
-}
+// The draw of runtime::counter_uniform (one definition in base/splitmix.h).
+DSV4_SAMPLING_HD double counter_uniform(uint64_t seed, int64_t index) { return counter_uniform_draw(seed, index); }
 
 // Arguments of all three kernels (one struct: they share the row geometry and workspace).
 struct SampleArgs {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "base/splitmix.h"
 #include "base/status.h"
 
 #if defined(__CUDACC__)
@@ -20,12 +21,7 @@
 
 namespace dsv4::cuda::testing {
 
-DSV4_HD inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using ::dsv4::splitmix64;
 DSV4_HD inline uint64_t hash2(uint64_t seed, uint64_t idx) { return splitmix64(splitmix64(seed) ^ idx); }
 
 // GPTQ qweight word [i, n] of an [K/8, N] tensor (idx = i * N + n): 8 uniform codes.
