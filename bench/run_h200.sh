@@ -58,16 +58,17 @@ if has serve; then
   rm -rf /tmp/serve_model
 fi
 if has longcmp; then
-  # GPU vs CPU logits over a LONGCMP_T-token prompt on a CSA + HCA model (vocab 4096).
+  # GPU vs CPU logits and CSA selections over a LONGCMP_T-token prompt on a CSA + HCA model (vocab 4096).
   T=${LONGCMP_T:-8192}
   $BIN/dsv4 make-model --preset flash-shaped --layers 2 --layer-types csa,hca --vocab 4096 --seed 5 \
     --out /tmp/cmp_model > /dev/null || echo "make-model failed"
   python3 -c "import numpy as np; np.save('/tmp/ids.npy', np.random.default_rng(1).integers(0, 4096, $T).astype(np.int32))"
   $BIN/dsv4 logits --model /tmp/cmp_model --token-ids /tmp/ids.npy --numerics bf16 --device cuda --chunk 2048 \
-    --out /tmp/gpu.npy 2>&1 | tail -1
+    --out /tmp/gpu.npy --selected /tmp/gpu_sel.npy 2>&1 | tail -1
   timeout ${LONGCMP_TIMEOUT:-300} $BIN/dsv4 logits --model /tmp/cmp_model --token-ids /tmp/ids.npy --numerics bf16 \
-    --device cpu --out /tmp/cpu.npy 2>&1 | tail -1
+    --device cpu --chunk 8192 --out /tmp/cpu.npy --selected /tmp/cpu_sel.npy 2>&1 | tail -1
   python3 bench/compare_logits.py /tmp/gpu.npy /tmp/cpu.npy "$OUT/longcmp_$T.json"
+  python3 bench/compare_selected.py /tmp/gpu_sel.npy /tmp/cpu_sel.npy 4 "$OUT/longcmp_selected_$T.json"
 fi
 if has peer; then
   # transformers' DeepseekV4ForCausalLM (bf16) and dsv4 on the same flash-shaped layers, batch 1.

@@ -2,8 +2,12 @@
 // from the CPU reference or the GPU model (--device cuda), as an fp32 .npy [T, vocab]. `--chunk N`
 // feeds the prompt N tokens at a time through the decode state (N = 1 is token-by-token decode).
 // The two devices' outputs for the same ids can be compared directly (GPU = CPU in bf16 numerics).
+// `--selected FILE` also writes the indexer's chosen compressed entries of every CSA layer, int32
+// [n_csa_layers, T, index_topk] (ascending per row, -1 past the row's count), for a direct
+// comparison of the two devices' selections (bench/compare_selected.py).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "base/npy.h"
@@ -21,14 +25,46 @@ namespace dsv4::cli {
 namespace {
 
 struct LogitsArgs {
-  std::string model, ids, out, numerics = "fp32", device = "cpu";
+  std::string model, ids, out, numerics = "fp32", device = "cpu", selected;
   int64_t chunk = 0;
+};
+
+// Selected entries of the CSA layers: rows [T] of each CSA layer, filled chunk by chunk.
+struct Selections {
+  std::vector<int> csa_layers;                          // layer ids of the CSA layers
+  std::vector<std::vector<std::vector<int32_t>>> rows;  // [csa layer][token] entries
+
+  explicit Selections(const ModelConfig& cfg) {
+    for (int l = 0; l < cfg.n_layers; ++l)
+      if (cfg.layers[size_t(l)].attn == AttnType::kCsa) csa_layers.push_back(l);
+    rows.resize(csa_layers.size());
+  }
+  // Appends one chunk's rows of layer `l` (no-op for layers that are not CSA).
+  void append(int l, std::vector<std::vector<int32_t>> chunk) {
+    for (size_t i = 0; i < csa_layers.size(); ++i)
+      if (csa_layers[i] == l)
+        for (auto& r : chunk) rows[i].push_back(std::move(r));
+  }
+  Status write(const std::string& path, int64_t T, int topk) const {
+    std::vector<int32_t> out(csa_layers.size() * size_t(T) * size_t(topk), -1);
+    for (size_t i = 0; i < csa_layers.size(); ++i) {
+      if (int64_t(rows[i].size()) != T)
+        return internal_error("selections of layer {}: {} rows, expected {}", csa_layers[i], rows[i].size(), T);
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<int32_t> r = rows[i][size_t(t)];
+        if (int64_t(r.size()) > topk) return internal_error("row {} selects {} > {} entries", t, r.size(), topk);
+        std::sort(r.begin(), r.end());
+        std::copy(r.begin(), r.end(), out.begin() + int64_t((i * size_t(T) + size_t(t)) * size_t(topk)));
+      }
+    }
+    return write_npy_i32(path, {int64_t(csa_layers.size()), T, topk}, out.data());
+  }
 };
 
 #if DSV4_HAVE_CUDA_RUNNER
 // All rows of every chunk through gpu::GpuModel (one sequence in slot 0, blocks 0, 1, 2, ...).
 Status gpu_logits(const ModelConfig& cfg, const ModelWeights& w, std::span<const int32_t> ids, int64_t chunk,
-                  float* logits) {
+                  float* logits, Selections* sel) {
   const int64_t T = int64_t(ids.size());
   gpu::GpuModelOptions o;
   o.max_seqs = 1;
@@ -45,8 +81,12 @@ Status gpu_logits(const ModelConfig& cfg, const ModelWeights& w, std::span<const
     q.pos0 = s;
     q.tokens = ids.subspan(size_t(s), size_t(std::min(chunk, T - s)));
     q.logits = true;
+    gpu::GpuStepTrace trace;
     DSV4_RETURN_IF_ERROR(model->forward(std::span<const gpu::GpuStepSeq>(&q, 1), logits + s * cfg.vocab_size,
-                                        /*all_rows=*/true));
+                                        /*all_rows=*/true, sel ? &trace : nullptr));
+    if (sel)
+      for (int l = 0; l < cfg.n_layers && size_t(l) < trace.selected.size(); ++l)
+        sel->append(l, std::move(trace.selected[size_t(l)]));
   }
   return Status::ok();
 }
@@ -94,6 +134,8 @@ int run_logits(const LogitsArgs& a) {
   const int64_t chunk = a.chunk > 0 ? a.chunk : (a.device == "cuda" ? std::min<int64_t>(T, 512) : T);
   const int64_t V = cfg->vocab_size;
   std::vector<float> logits(size_t(T * V));
+  Selections selections(*cfg);
+  Selections* sel = a.selected.empty() ? nullptr : &selections;
   const auto t0 = std::chrono::steady_clock::now();
 #if DSV4_HAVE_CUDA_RUNNER
   if (a.device == "cuda") {
@@ -101,7 +143,7 @@ int run_logits(const LogitsArgs& a) {
       fmt::print(stderr, "logits: --device cuda computes bf16 numerics (pass --numerics bf16)\n");
       return 2;
     }
-    const Status st = gpu_logits(*cfg, **w, *ids, chunk, logits.data());
+    const Status st = gpu_logits(*cfg, **w, *ids, chunk, logits.data(), sel);
     if (!st.is_ok()) {
       fmt::print(stderr, "logits: {}\n", st.to_string());
       return 1;
@@ -112,18 +154,28 @@ int run_logits(const LogitsArgs& a) {
   auto seq = model.new_sequence();
   for (int64_t s = 0; s < T && a.device == "cpu"; s += chunk) {
     const int64_t n = std::min(chunk, T - s);
+    cpu::ForwardTrace trace;
     const Status st = model.forward(*seq, std::span<const int32_t>(ids->data() + s, size_t(n)), cpu::LogitsRows::kAll,
-                                    logits.data() + s * V);
+                                    logits.data() + s * V, nullptr, sel ? &trace : nullptr);
     if (!st.is_ok()) {
       fmt::print(stderr, "logits: {}\n", st.to_string());
       return 1;
     }
+    if (sel)
+      for (size_t l = 0; l < trace.layers.size(); ++l) sel->append(int(l), std::move(trace.layers[l].attention.selected));
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const Status st = write_npy_f32(a.out, {T, V}, logits.data());
   if (!st.is_ok()) {
     fmt::print(stderr, "logits: {}\n", st.to_string());
     return 1;
+  }
+  if (sel) {
+    const Status ss = sel->write(a.selected, T, cfg->index_topk);
+    if (!ss.is_ok()) {
+      fmt::print(stderr, "logits: --selected: {}\n", ss.to_string());
+      return 1;
+    }
   }
   fmt::print(stderr, "logits: {} tokens, device {}, chunk {}, numerics {}, {:.2f} s ({:.1f} tok/s) -> {}\n", T,
              a.device, chunk, a.numerics, secs, double(T) / secs, a.out);
@@ -142,6 +194,8 @@ void register_logits(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--chunk", a->chunk, "feed the prompt in chunks of N tokens (default: all at once)");
   cmd->add_option("--device", a->device, "cpu | cuda (needs --numerics bf16)")->capture_default_str();
+  cmd->add_option("--selected", a->selected,
+                  "also write the CSA layers' indexer selections, int32 .npy [n_csa_layers, T, index_topk]");
   cmd->callback([a, &exit_code] { exit_code = run_logits(*a); });
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cli_test.sh: the command line end to end: make-model -> inspect -> logits (one-shot, chunked,
-# bf16), and inspect's exit code on a damaged checkpoint. Usage: cli_test.sh BUILD_DIR
+# bf16, the CSA selections of --selected), and inspect's exit code on a damaged checkpoint. Usage: cli_test.sh BUILD_DIR
 set -euo pipefail
 bin="$1/dsv4"
 work=$(mktemp -d)
@@ -18,6 +18,26 @@ python3 -c "import numpy as np; np.save('$work/ids.npy', (np.arange(90) * 37 % 1
 "$bin" logits --model "$work/m" --token-ids "$work/ids.npy" --out "$work/c1.npy" --chunk 1
 "$bin" logits --model "$work/m" --token-ids "$work/ids.npy" --out "$work/c7.npy" --chunk 7
 "$bin" logits --model "$work/m" --token-ids "$work/ids.npy" --out "$work/bf16.npy" --numerics bf16
+"$bin" logits --model "$work/m" --token-ids "$work/ids.npy" --out "$work/s1.npy" --selected "$work/sel1.npy"
+"$bin" logits --model "$work/m" --token-ids "$work/ids.npy" --out "$work/s7.npy" --selected "$work/sel7.npy" --chunk 7
+cmp "$work/full.npy" "$work/s1.npy"
+cmp "$work/sel1.npy" "$work/sel7.npy"
+python3 - "$work" <<'PY'
+import json, sys, numpy as np
+w = sys.argv[1]
+cfg = json.load(open(f"{w}/m/config.json"))
+ratios, topk = cfg["compress_ratios"], cfg["index_topk"]
+csa = [i for i, r in enumerate(ratios) if r == 4]
+s = np.load(f"{w}/sel1.npy")
+assert s.dtype == np.int32 and s.shape == (len(csa), 90, topk), (s.shape, s.dtype)
+for t in range(90):
+    row = s[0, t][s[0, t] >= 0]
+    n_vis = (t + 1) // 4
+    assert len(row) == min(topk, n_vis), (t, row)
+    assert (np.diff(row) > 0).all() and (row < n_vis).all(), (t, row)
+    assert (s[0, t][len(row):] == -1).all()
+print("selected ok:", s.shape)
+PY
 cmp "$work/full.npy" "$work/c1.npy"
 cmp "$work/full.npy" "$work/c7.npy"
 python3 - "$work" <<'PY'
