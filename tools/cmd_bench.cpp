@@ -7,6 +7,8 @@
 // step time is compared with the roofline: bytes the step must read (weights of every layer,
 // the experts the step actually selected, the LM head, the KV entries attention and the indexer
 // read) over the copy bandwidth measured in the same run. Results print and go to JSON.
+// --pdl off launches every kernel plainly (cuda::set_pdl_enabled), to measure what programmatic
+// dependent launch gives on SM90.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -17,6 +19,7 @@
 #include <numeric>
 #include <set>
 
+#include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/testing/bandwidth.h"
@@ -35,6 +38,7 @@ struct BenchArgs {
   std::string model, synthetic, out, commit = "unknown", command;
   std::vector<std::string> layer_types;  // synthetic: per-layer swa|csa|hca (default: Flash's pattern)
   std::string dense_decode = "none";     // GpuModelOptions::dense_decode
+  std::string pdl = "on";                // on | off: cuda::set_pdl_enabled, before the model loads
   int layers = 20;
   std::vector<int> batches = {1, 32};
   std::vector<int64_t> contexts = {4096};
@@ -133,6 +137,12 @@ int run_bench(const BenchArgs& a) {
     fmt::print(stderr, "bench: --synthetic knows only 'flash', found '{}'\n", a.synthetic);
     return 2;
   }
+  if (a.pdl != "on" && a.pdl != "off") {
+    fmt::print(stderr, "bench: --pdl takes on or off, found '{}'\n", a.pdl);
+    return 2;
+  }
+  // Before anything is planned, launched or captured (arch.h).
+  cuda::set_pdl_enabled(a.pdl == "on");
   std::unique_ptr<ModelConfig> cfg;
   std::unique_ptr<ModelWeights> weights;
   if (!a.model.empty()) {
@@ -175,9 +185,9 @@ int run_bench(const BenchArgs& a) {
   if (!bw.is_ok()) return fail(bw.status());
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s\n",
+  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s, pdl {}\n",
              a.model.empty() ? "synthetic flash" : a.model, cfg->n_layers, cfg->vocab_size,
-             fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw);
+             fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw, a.pdl);
 
   json out;
   out["date"] = "";
@@ -192,6 +202,7 @@ int run_bench(const BenchArgs& a) {
   out["command"] = a.command;
   out["model"] = a.model.empty() ? fmt::format("synthetic flash, {} layers", cfg->n_layers) : a.model;
   out["dense_decode"] = a.dense_decode;
+  out["pdl"] = a.pdl;
   out["copy_bandwidth_gbs"] = *bw;
   out["device_bytes"] = m.device_bytes();
   json& runs = out["runs"];
@@ -323,6 +334,8 @@ void register_bench(CLI::App& app, int& exit_code) {
   cmd->add_option("--seed", a->seed, "synthetic weights seed")->capture_default_str();
   cmd->add_option("--dense-decode", a->dense_decode, "none | woa | proj | woa,proj: dense linears of decode batches "
                   "on the dense decode kernel instead of cuBLAS")->capture_default_str();
+  cmd->add_option("--pdl", a->pdl, "on | off: programmatic dependent launch of the step kernels (SM90; off: plain "
+                  "launches, for A/B runs)")->capture_default_str();
   cmd->add_option("--out", a->out, "JSON result file");
   cmd->add_option("--commit", a->commit, "commit recorded in the JSON");
   cmd->add_option("--command", a->command, "command line recorded in the JSON");

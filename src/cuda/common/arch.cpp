@@ -1,8 +1,9 @@
-// arch.cpp: DeviceInfo queries, cached per device ordinal.
+// arch.cpp: DeviceInfo queries, cached per device ordinal, and the PDL benchmarking switch.
 #include "cuda/common/arch.h"
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 
@@ -15,7 +16,11 @@ constexpr int kMaxDevices = 64;
 std::mutex g_mu;
 DeviceInfo g_info[kMaxDevices];
 bool g_have[kMaxDevices] = {};
+std::atomic<bool> g_pdl_enabled{true};
 }  // namespace
+
+void set_pdl_enabled(bool on) { g_pdl_enabled.store(on, std::memory_order_relaxed); }
+bool pdl_enabled() { return g_pdl_enabled.load(std::memory_order_relaxed); }
 
 const char* gpu_arch_name(GpuArch a) {
   switch (a) {
@@ -49,6 +54,11 @@ Result<const DeviceInfo*> current_device_info() {
     g_have[dev] = true;
   }
   return &g_info[dev];
+}
+
+Result<bool> pdl_on_current_device() {
+  DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
+  return pdl_supported(*dev);
 }
 
 }  // namespace dsv4::cuda

@@ -33,7 +33,16 @@ Result<const DeviceInfo*> current_device_info();
 
 const char* gpu_arch_name(GpuArch a);
 
-// Programmatic dependent launch (common/pdl.cuh): SM90 only.
-inline bool pdl_supported(const DeviceInfo& d) { return d.arch == GpuArch::kSm90; }
+// Benchmarking knob, process-wide: whether kernels launch as programmatic dependents where the
+// GPU allows it (default true). Set only by `dsv4 bench --pdl on|off` (tools/cmd_bench.cpp), once,
+// before the model loads: launch plans (w4a16, moe) and captured graphs must not see it change.
+void set_pdl_enabled(bool on);
+bool pdl_enabled();
+
+// Programmatic dependent launch (common/pdl.cuh): SM90 only, and only while pdl_enabled().
+inline bool pdl_supported(const DeviceInfo& d) { return pdl_enabled() && d.arch == GpuArch::kSm90; }
+
+// pdl_supported() for the current device (current_device_info() is cached: cheap per launch).
+Result<bool> pdl_on_current_device();
 
 }  // namespace dsv4::cuda
