@@ -3,10 +3,14 @@
 // kv::pack_entry's layout [nope e4m3][rope bf16][ue8m0 scales, zero pad to 8]) and the copy of
 // each sequence's newest records into its window ring. A record row fits one warp.
 // qkv_norm_finish runs kv_finish's warps and rmsnorm_rows' blocks (the q_norm) in one launch.
+// All three launch as programmatic dependents (pdl.cuh); the norm weights and inverse
+// frequencies, constant, are loaded before the wait.
 #include <cstdint>
 
+#include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/kv_codec.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/ops/ops.h"
 #include "cuda/ops/ops_util.cuh"
 
@@ -34,13 +38,40 @@ struct KvFinishArgs {
   uint8_t* records;         // u8 [T][entry_bytes]
 };
 
+// The constant inputs of a lane's chunks of any row (c = lane + 32 i): the norm weights and, for
+// rope chunks, their 4 inverse frequencies (zeros elsewhere). Loaded before pdl_wait().
+struct KvRowConsts {
+  float w[kRowChunks][8];
+  float inv_freq[kRowChunks][4];
+};
+
+__device__ __forceinline__ void load_kv_row_consts(const KvFinishArgs& a, int lane, KvRowConsts& k) {
+  const int n_chunks = (a.nope + a.rope) / 8;
+#pragma unroll
+  for (int ci = 0; ci < kRowChunks; ++ci) {
+    const int c = lane + 32 * ci;
+    float4 w0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), w1 = w0, f = w0;
+    if (c < n_chunks) {
+      w0 = __ldg(reinterpret_cast<const float4*>(a.norm_w + 8 * c));
+      w1 = __ldg(reinterpret_cast<const float4*>(a.norm_w + 8 * c + 4));
+      if (8 * c >= a.nope) {  // 4-byte aligned only: four scalar loads
+        const float* fp = a.inv_freq + (8 * c - a.nope) / 2;
+        f = make_float4(__ldg(fp), __ldg(fp + 1), __ldg(fp + 2), __ldg(fp + 3));
+      }
+    }
+    k.w[ci][0] = w0.x, k.w[ci][1] = w0.y, k.w[ci][2] = w0.z, k.w[ci][3] = w0.w;
+    k.w[ci][4] = w1.x, k.w[ci][5] = w1.y, k.w[ci][6] = w1.z, k.w[ci][7] = w1.w;
+    k.inv_freq[ci][0] = f.x, k.inv_freq[ci][1] = f.y, k.inv_freq[ci][2] = f.z, k.inv_freq[ci][3] = f.w;
+  }
+}
+
 // grid ceil(T / 4), 4 warps; warp = one row, lane = chunks of 8 dims c = lane + 32 i. An fp8
 // block (64 dims = 8 chunks) is held by 8 consecutive lanes of one i, since 32 % 8 == 0. A short
 // last block (nope % 64 != 0: the small test models) shares its 8 lanes with rope chunks, which
 // take no part in its amax (as in cpu::fp8sim, whose last block is shorter).
 // The warp's row t < a.T (kv_finish_kernel and qkv_norm_finish_kernel share it, so both give
 // the same bits).
-__device__ __forceinline__ void kv_finish_row(const KvFinishArgs& a, int t, int lane) {
+__device__ __forceinline__ void kv_finish_row(const KvFinishArgs& a, const KvRowConsts& k, int t, int lane) {
   const int d = a.nope + a.rope, n_chunks = d / 8;
   const __nv_bfloat16* src = a.kv + int64_t(t) * a.ld;
   uint8_t* rec = a.records + int64_t(t) * a.entry_bytes;
@@ -70,16 +101,12 @@ __device__ __forceinline__ void kv_finish_row(const KvFinishArgs& a, int t, int 
     float out[8];
     float amax = 0.0f;
     if (active) {
-      const float4 w0 = __ldg(reinterpret_cast<const float4*>(a.norm_w + 8 * c));
-      const float4 w1 = __ldg(reinterpret_cast<const float4*>(a.norm_w + 8 * c + 4));
-      const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
-      for (int e = 0; e < 8; ++e) out[e] = round_bf16_dev(__fmul_rn(wv[e], __fmul_rn(v[ci][e], r)));
+      for (int e = 0; e < 8; ++e) out[e] = round_bf16_dev(__fmul_rn(k.w[ci][e], __fmul_rn(v[ci][e], r)));
       if (8 * c >= a.nope) {
-        const int k0 = (8 * c - a.nope) / 2;
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
-          rope_pair(out[2 * p], out[2 * p + 1], __fmul_rn(pos, __ldg(a.inv_freq + k0 + p)));
+          rope_pair(out[2 * p], out[2 * p + 1], __fmul_rn(pos, k.inv_freq[ci][p]));
           out[2 * p] = round_bf16_dev(out[2 * p]);
           out[2 * p + 1] = round_bf16_dev(out[2 * p + 1]);
         }
@@ -121,10 +148,15 @@ __device__ __forceinline__ void kv_finish_row(const KvFinishArgs& a, int t, int 
   if (lane < a.entry_bytes - scale0 - n_scales) rec[scale0 + n_scales + lane] = 0;
 }
 
-__global__ void __launch_bounds__(kRowWarps * 32) kv_finish_kernel(KvFinishArgs a) {
+__global__ void __launch_bounds__(kRowWarps * 32) kv_finish_kernel(const KvFinishArgs a) {
+  pdl_launch_dependents();
+  const int lane = threadIdx.x & 31;
+  KvRowConsts k;
+  load_kv_row_consts(a, lane, k);
+  pdl_wait();  // kv and token_pos: the previous kernel, the step's host copy
   const int t = blockIdx.x * kRowWarps + (threadIdx.x >> 5);
   if (t >= a.T) return;  // whole warps leave together
-  kv_finish_row(a, t, threadIdx.x & 31);
+  kv_finish_row(a, k, t, lane);
 }
 
 struct QNormArgs {
@@ -135,26 +167,50 @@ struct QNormArgs {
   float eps;
 };
 
+struct QkvNormFinishArgs {
+  QNormArgs q;
+  KvFinishArgs kv;
+};
+
 // qkv_norm_finish: grid ceil(T / 4) + T, 128 threads. Blocks [0, ceil(T / 4)) are
 // kv_finish_kernel's blocks, the next T are rmsnorm_rows_kernel's (one per row, the whole block:
 // the branch is uniform per block, so block_sum's barriers are safe). They touch disjoint columns.
-__global__ void __launch_bounds__(kRowWarps * 32) qkv_norm_finish_kernel(QNormArgs q, KvFinishArgs a) {
+__global__ void __launch_bounds__(kRowWarps * 32) qkv_norm_finish_kernel(const QkvNormFinishArgs g) {
   static_assert(kRowWarps * 32 == kQNormThreads, "rmsnorm_rows' block size");
+  pdl_launch_dependents();
+  const QNormArgs& q = g.q;
+  const KvFinishArgs& a = g.kv;
   const int kv_blocks = (a.T + kRowWarps - 1) / kRowWarps;
   if (int(blockIdx.x) >= kv_blocks) {
     __shared__ float s_red[32];
-    rmsnorm_row_block<kQNormChunks>(q.x + int64_t(int(blockIdx.x) - kv_blocks) * q.ld, q.n, q.w, q.eps, s_red);
+    RowNormWeights<kQNormChunks> w;
+    load_row_norm_weights(q.w, q.n, w);
+    pdl_wait();  // qkv comes from the previous kernel
+    rmsnorm_row_block(q.x + int64_t(int(blockIdx.x) - kv_blocks) * q.ld, q.n, w, q.eps, s_red);
     return;
   }
+  const int lane = threadIdx.x & 31;
+  KvRowConsts k;
+  load_kv_row_consts(a, lane, k);
+  pdl_wait();  // qkv and token_pos: the previous kernel, the step's host copy
   const int t = blockIdx.x * kRowWarps + (threadIdx.x >> 5);
   if (t >= a.T) return;  // whole warps leave together
-  kv_finish_row(a, t, threadIdx.x & 31);
+  kv_finish_row(a, k, t, lane);
 }
+
+struct WindowSaveArgs {
+  StepBatchView b;
+  LayerKvView kv;
+};
 
 // grid ceil(n_tokens / 8), 8 warps; warp = one token row of the step. The row is saved when its
 // sequence is real and it is among the sequence's last W rows (older rows would share a ring
 // slot with a newer one). Record copies in 8-byte words.
-__global__ void __launch_bounds__(kSaveWarps * 32) window_save_kernel(StepBatchView b, LayerKvView kv) {
+__global__ void __launch_bounds__(kSaveWarps * 32) window_save_kernel(const WindowSaveArgs g) {
+  pdl_launch_dependents();
+  pdl_wait();  // the step batch is a host copy, the chunk a kernel's output, and attention read the ring
+  const StepBatchView& b = g.b;
+  const LayerKvView& kv = g.kv;
   const int lane = threadIdx.x & 31;
   const int r = blockIdx.x * kSaveWarps + (threadIdx.x >> 5);
   if (r >= b.n_tokens) return;
@@ -209,8 +265,9 @@ Status kv_finish(const __nv_bfloat16* kv, int64_t ld, int T, const float* norm_w
   if (T == 0) return Status::ok();
   const KvFinishArgs a{kv, ld, T, layout.nope, layout.rope, layout.entry_bytes, norm_w, eps, token_pos, inv_freq,
                        records};
-  kv_finish_kernel<<<(T + kRowWarps - 1) / kRowWarps, kRowWarps * 32, 0, stream>>>(a);
-  return last_launch_status("kv_finish");
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  return launch_kernel(&kv_finish_kernel, dim3((T + kRowWarps - 1) / kRowWarps), dim3(kRowWarps * 32), 0, stream, pdl,
+                       a, "kv_finish");
 }
 
 Status qkv_norm_finish(__nv_bfloat16* qkv, int64_t ld, int T, int q_n, const float* q_norm_w, float q_eps,
@@ -232,8 +289,9 @@ Status qkv_norm_finish(__nv_bfloat16* qkv, int64_t ld, int T, int q_n, const flo
                        token_pos, inv_freq, records};
   const QNormArgs q{qkv, ld, q_n, q_norm_w, q_eps};
   const int blocks = (T + kRowWarps - 1) / kRowWarps + T;
-  qkv_norm_finish_kernel<<<blocks, kRowWarps * 32, 0, stream>>>(q, a);
-  return last_launch_status("qkv_norm_finish");
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  return launch_kernel(&qkv_norm_finish_kernel, dim3(blocks), dim3(kRowWarps * 32), 0, stream, pdl,
+                       QkvNormFinishArgs{q, a}, "qkv_norm_finish");
 }
 
 Status window_save(const StepBatchView& b, const LayerKvView& kv, cudaStream_t stream) {
@@ -247,8 +305,9 @@ Status window_save(const StepBatchView& b, const LayerKvView& kv, cudaStream_t s
                             kv.entry_bytes);
   if (!aligned(kv.window, 8) || !aligned(kv.chunk, 8))
     return invalid_argument("window_save: window and chunk must be 8-byte aligned");
-  window_save_kernel<<<(b.n_tokens + kSaveWarps - 1) / kSaveWarps, kSaveWarps * 32, 0, stream>>>(b, kv);
-  return last_launch_status("window_save");
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  return launch_kernel(&window_save_kernel, dim3((b.n_tokens + kSaveWarps - 1) / kSaveWarps), dim3(kSaveWarps * 32), 0,
+                       stream, pdl, WindowSaveArgs{b, kv}, "window_save");
 }
 
 }  // namespace dsv4::cuda

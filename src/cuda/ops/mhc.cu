@@ -9,9 +9,13 @@
 //      to bf16 and apply the RMSNorm, overwriting x[t].
 // Numerics: the slice sums differ from the reference's dot only by fp32 summation order; the
 // collapse, the norm's products and the Sinkhorn use the reference's order and rounding points.
+// Both launch as programmatic dependents (pdl.cuh): the partials kernel loads its fn slice, the
+// finish kernel its mHC and norm parameters, before waiting for the previous kernel.
 #include <cstdint>
 
+#include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/ops/mhc_mix.cuh"
 #include "cuda/ops/mhc_plan.h"
 #include "cuda/ops/ops.h"
@@ -91,8 +95,10 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
   const int d = split * kMixSplitDims + 4 * (threadIdx.x % kThreadsPerStream);
   const int64_t hcD = int64_t(a.hc) * a.D;
   const int64_t col = int64_t(k) * a.D + d;  // column in hc*D (only used when active)
+  pdl_launch_dependents();
 
   // fn stays in registers for all tokens of the group: 1.5 MB per call, read once per group.
+  // Constant: loaded before the wait, so the loads overlap the previous kernel's tail.
   float w[kMaxMix][4];
 #pragma unroll
   for (int r = 0; r < kMaxMix; ++r) {
@@ -103,6 +109,9 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
     w[r][2] = f.z;
     w[r][3] = f.w;
   }
+  // X, y, post_mix and rows come from earlier kernels (rows: a host copy); X and partials (x)
+  // are written below and may still be read by the previous kernel.
+  pdl_wait();
 
   const int t0 = blockIdx.y * a.tokens_per_block;
   const int t1 = min(a.T, t0 + a.tokens_per_block);
@@ -212,14 +221,37 @@ __global__ void __launch_bounds__(kFinishWorkers + 32) mix_finish_kernel(MixFini
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const bool mixer = warp == kWorkerWarps;
   const int n_chunks = a.D / 8;
-  const int64_t row = a.rows != nullptr ? a.rows[t] : t;
   __shared__ float s_part[kWorkerWarps][32];
   __shared__ float s_pre[kMaxHc];
   __shared__ float s_red[32];
   __shared__ float s_scale[3];
   __shared__ float s_base[32];
+  __shared__ __align__(16) float s_norm_w[kFinishWorkers * kFinishChunks * 8];  // worker c: [8 c, 8 c + 8)
+  pdl_launch_dependents();
+
+  // Constant parameters first, before the wait. The mixer parks its own in shared memory (read
+  // after the first barrier), so that no global load sits on its serial path (pre, then the
+  // Sinkhorn); in registers they would be live across the barriers next to raw[] and spill.
+  // Each worker requests its chunks' norm weights into shared memory (cp.async: no registers
+  // held, no wait here); only the thread itself reads them, after cp.async.wait_all.
+  if (mixer) {
+    if (lane < 3) s_scale[lane] = lane < (a.head ? 1 : 3) ? __ldg(a.scale + lane) : 0.0f;
+    if (lane < a.n_mix) s_base[lane] = __ldg(a.base + lane);
+  } else {
+#pragma unroll
+    for (int ci = 0; ci < kFinishChunks; ++ci) {
+      const int c = threadIdx.x + ci * kFinishWorkers;
+      if (c >= n_chunks) continue;
+      const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(s_norm_w + 8 * c));
+      const size_t src = __cvta_generic_to_global(a.norm_w + 8 * c);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + 16), "l"(src + 16));
+    }
+  }
+  pdl_wait();  // X, the partials (in x) and rows come from earlier kernels; x and mix are written
 
   // The streams' loads go out first and overlap the slice sums and the mixer's pre.
+  const int64_t row = a.rows != nullptr ? a.rows[t] : t;
   uint4 raw[kFinishChunks][kMaxHc];
 #pragma unroll
   for (int ci = 0; ci < kFinishChunks; ++ci) {
@@ -231,14 +263,6 @@ __global__ void __launch_bounds__(kFinishWorkers + 32) mix_finish_kernel(MixFini
         raw[ci][i] = *reinterpret_cast<const uint4*>(a.X + (row * a.hc + i) * a.D + 8 * c);
     }
   }
-  // Meanwhile the mixer parks its parameters in shared memory (read after the first barrier), so
-  // that no global load sits on its serial path (pre, then the Sinkhorn). In registers they would
-  // be live across the barriers next to raw[] and spill.
-  if (mixer) {
-    if (lane < 3) s_scale[lane] = lane < (a.head ? 1 : 3) ? __ldg(a.scale + lane) : 0.0f;
-    if (lane < a.n_mix) s_base[lane] = __ldg(a.base + lane);
-  }
-
   // Slice sums: worker warp w adds slices w, w + 16, ... of value `lane` (value n_mix is v . v);
   // the mixer adds the 16 results in warp order. A fixed order: the result is deterministic.
   const int stride = a.n_mix + 1;
@@ -308,12 +332,13 @@ __global__ void __launch_bounds__(kFinishWorkers + 32) mix_finish_kernel(MixFini
   }
   const float ss = worker_sum(ss_local, s_red);
   const float r = 1.0f / sqrtf(ss / float(a.D) + a.norm_eps);
+  asm volatile("cp.async.wait_all;\n" ::: "memory");  // this thread's norm weights (requested at the top)
 #pragma unroll
   for (int ci = 0; ci < kFinishChunks; ++ci) {
     const int c = threadIdx.x + ci * kFinishWorkers;
     if (c >= n_chunks) continue;
-    const float4 w0 = __ldg(reinterpret_cast<const float4*>(a.norm_w + 8 * c));
-    const float4 w1 = __ldg(reinterpret_cast<const float4*>(a.norm_w + 8 * c + 4));
+    const float4 w0 = *reinterpret_cast<const float4*>(s_norm_w + 8 * c);
+    const float4 w1 = *reinterpret_cast<const float4*>(s_norm_w + 8 * c + 4);
     const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
     float out[8];
 #pragma unroll
@@ -364,18 +389,15 @@ Status launch_hc_mix(const char* name, __nv_bfloat16* X, const int32_t* rows, in
   const MixPartialsArgs pa{X,    rows, p.fn, post.y, post.mix, d.hc, d.D, n_mix, T, plan.tokens_per_block,
                            partials, partial_row};
   const dim3 grid(plan.n_splits, plan.n_groups);
-  if (head)
-    mix_partials_kernel<kMaxHc, 8, false><<<grid, kMixThreads, 0, stream>>>(pa);
-  else if (fused)
-    mix_partials_kernel<(2 + kMaxHc) * kMaxHc, 32, true><<<grid, kMixThreads, 0, stream>>>(pa);
-  else
-    mix_partials_kernel<(2 + kMaxHc) * kMaxHc, 32, false><<<grid, kMixThreads, 0, stream>>>(pa);
-  DSV4_RETURN_IF_ERROR(last_launch_status(name));
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  void (*partials_kernel)(MixPartialsArgs) = head    ? &mix_partials_kernel<kMaxHc, 8, false>
+                                             : fused ? &mix_partials_kernel<(2 + kMaxHc) * kMaxHc, 32, true>
+                                                     : &mix_partials_kernel<(2 + kMaxHc) * kMaxHc, 32, false>;
+  DSV4_RETURN_IF_ERROR(launch_kernel(partials_kernel, grid, dim3(kMixThreads), 0, stream, pdl, pa, name));
 
   const MixFinishArgs fa{X,     rows,    p.base, p.scale, norm_w, d.hc, d.D,    n_mix, plan.n_splits, d.sinkhorn_iters,
                          d.hc_eps, d.norm_eps, head, partial_row, x, mix};
-  mix_finish_kernel<<<T, kFinishWorkers + 32, 0, stream>>>(fa);
-  return last_launch_status(name);
+  return launch_kernel(&mix_finish_kernel, dim3(T), dim3(kFinishWorkers + 32), 0, stream, pdl, fa, name);
 }
 
 }  // namespace

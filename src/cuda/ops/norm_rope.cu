@@ -2,10 +2,13 @@
 // (cpu::attention_forward: q_norm of qa; per-head unweighted norm of q, bf16, RoPE, bf16).
 // Rows are short (1024, 512), so a row lives in registers: one block per rmsnorm row, one warp
 // per query head. The sum of squares differs from the reference's dot only by fp32 order; the
-// products, the rotation and the bf16 roundings follow the reference exactly.
+// products, the rotation and the bf16 roundings follow the reference exactly. Both launch as
+// programmatic dependents (common/pdl.cuh); rmsnorm_rows loads its weights before the wait.
 #include <cstdint>
 
+#include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/ops/ops.h"
 #include "cuda/ops/ops_util.cuh"
 
@@ -20,23 +23,43 @@ constexpr int kNormChunks = 4;  // n <= 128 * 8 * 4 = 4096
 constexpr int kHeadWarps = 4;   // query heads per block
 constexpr int kHeadChunks = 4;  // d <= 32 * 8 * 4 = 1024
 
+struct RmsnormArgs {
+  __nv_bfloat16* x;  // bf16 [T] rows of n values, row stride ld; in place
+  int64_t ld;
+  int n;
+  const float* w;    // f32 [n]
+  float eps;
+};
+
+struct QNormRopeArgs {
+  __nv_bfloat16* q;          // bf16 [T, H, d], in place
+  int T, H, d, rope_dim;
+  const int32_t* token_pos;  // i32 [T]
+  const float* inv_freq;     // f32 [rope_dim / 2]
+  float eps;
+};
+
 // grid T, 128 threads; thread = chunks of 8 values c = tid + 128 i (ops_util.cuh).
-__global__ void __launch_bounds__(kNormThreads)
-    rmsnorm_rows_kernel(__nv_bfloat16* __restrict__ x, int64_t ld, int n, const float* __restrict__ w, float eps) {
+__global__ void __launch_bounds__(kNormThreads) rmsnorm_rows_kernel(const RmsnormArgs a) {
   __shared__ float s_red[32];
-  rmsnorm_row_block<kNormChunks>(x + int64_t(blockIdx.x) * ld, n, w, eps, s_red);
+  pdl_launch_dependents();
+  RowNormWeights<kNormChunks> w;
+  load_row_norm_weights(a.w, a.n, w);  // constant: before the wait
+  pdl_wait();                          // the rows come from the previous kernel
+  rmsnorm_row_block(a.x + int64_t(blockIdx.x) * a.ld, a.n, w, a.eps, s_red);
 }
 
 // grid ceil(T * H / 4), 4 warps; warp = one head (t, h), lane = chunks c = lane + 32 i.
-__global__ void __launch_bounds__(kHeadWarps * 32)
-    q_norm_rope_kernel(__nv_bfloat16* __restrict__ q, int T, int H, int d, int rope_dim,
-                       const int32_t* __restrict__ token_pos, const float* __restrict__ inv_freq, float eps) {
+__global__ void __launch_bounds__(kHeadWarps * 32) q_norm_rope_kernel(const QNormRopeArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();  // q and token_pos come from the previous kernel and the step's host copy
+  const int d = a.d, H = a.H;
   const int lane = threadIdx.x & 31;
   const int64_t head = int64_t(blockIdx.x) * kHeadWarps + (threadIdx.x >> 5);
-  if (head >= int64_t(T) * H) return;  // whole warps leave together
-  __nv_bfloat16* row = q + head * d;
+  if (head >= int64_t(a.T) * H) return;  // whole warps leave together
+  __nv_bfloat16* row = a.q + head * d;
   const int t = int(head / H);
-  const int n_chunks = d / 8, nope = d - rope_dim;
+  const int n_chunks = d / 8, nope = d - a.rope_dim;
   float v[kHeadChunks][8];
   float ss = 0.0f;
 #pragma unroll
@@ -49,8 +72,8 @@ __global__ void __launch_bounds__(kHeadWarps * 32)
     }
   }
   ss = warp_sum(ss);
-  const float r = 1.0f / sqrtf(ss / float(d) + eps);
-  const float pos = float(token_pos[t]);
+  const float r = 1.0f / sqrtf(ss / float(d) + a.eps);
+  const float pos = float(a.token_pos[t]);
 #pragma unroll
   for (int ci = 0; ci < kHeadChunks; ++ci) {
     const int c = lane + 32 * ci;
@@ -62,7 +85,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32)
       const int k0 = (8 * c - nope) / 2;
 #pragma unroll
       for (int p = 0; p < 4; ++p) {
-        rope_pair(out[2 * p], out[2 * p + 1], __fmul_rn(pos, __ldg(inv_freq + k0 + p)));
+        rope_pair(out[2 * p], out[2 * p + 1], __fmul_rn(pos, __ldg(a.inv_freq + k0 + p)));
       }
     }
     store_bf16x8(row + 8 * c, out);  // the final bf16 (the rope part's second rounding)
@@ -80,8 +103,9 @@ Status rmsnorm_rows(__nv_bfloat16* x, int64_t ld, int T, int n, const float* w, 
                             n, 8 * kNormThreads * kNormChunks, ld, T);
   if (!aligned16(x) || !aligned16(w)) return invalid_argument("rmsnorm_rows: x and w must be 16-byte aligned");
   if (T == 0) return Status::ok();
-  rmsnorm_rows_kernel<<<T, kNormThreads, 0, stream>>>(x, ld, n, w, eps);
-  return last_launch_status("rmsnorm_rows");
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  const RmsnormArgs a{x, ld, n, w, eps};
+  return launch_kernel(&rmsnorm_rows_kernel, dim3(T), dim3(kNormThreads), 0, stream, pdl, a, "rmsnorm_rows");
 }
 
 Status q_norm_rope(__nv_bfloat16* q, int T, int H, int d, int rope_dim, const int32_t* token_pos,
@@ -98,8 +122,10 @@ Status q_norm_rope(__nv_bfloat16* q, int T, int H, int d, int rope_dim, const in
   const int64_t heads = int64_t(T) * H;
   const int64_t blocks = (heads + kHeadWarps - 1) / kHeadWarps;
   if (blocks > 0x7fffffff) return invalid_argument("q_norm_rope: T * H = {} is too large", heads);
-  q_norm_rope_kernel<<<unsigned(blocks), kHeadWarps * 32, 0, stream>>>(q, T, H, d, rope_dim, token_pos, inv_freq, eps);
-  return last_launch_status("q_norm_rope");
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  const QNormRopeArgs a{q, T, H, d, rope_dim, token_pos, inv_freq, eps};
+  return launch_kernel(&q_norm_rope_kernel, dim3(unsigned(blocks)), dim3(kHeadWarps * 32), 0, stream, pdl, a,
+                       "q_norm_rope");
 }
 
 }  // namespace dsv4::cuda

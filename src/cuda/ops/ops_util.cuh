@@ -56,14 +56,40 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return s;
 }
 
-// In-place weighted RMSNorm of one row of n values (n a multiple of 8, n <= 8 * blockDim.x *
-// kChunks) by the whole block, then bf16: thread = chunks of 8 values c = tid + blockDim.x i.
-// The sum of squares is an explicit fma chain per thread (the same bits wherever it is inlined:
-// rmsnorm_rows and qkv_norm_finish), then block_sum; the products follow the reference.
-// `scratch`: 32 floats of shared memory. Every thread of the block must call it.
+// The norm weights one thread of rmsnorm_row_block needs: chunks c = tid + blockDim.x i of w
+// f32 [n] (zeros past n). Constant data: the kernels load them before pdl_wait() (pdl.cuh), so
+// the loads overlap the previous kernel's tail instead of following the block sum.
 template <int kChunks>
-__device__ __forceinline__ void rmsnorm_row_block(__nv_bfloat16* __restrict__ row, int n, const float* __restrict__ w,
-                                                  float eps, float* scratch) {
+struct RowNormWeights {
+  float v[kChunks][8];
+};
+
+template <int kChunks>
+__device__ __forceinline__ void load_row_norm_weights(const float* __restrict__ w, int n,
+                                                      RowNormWeights<kChunks>& out) {
+  const int n_chunks = n / 8, nt = int(blockDim.x);
+#pragma unroll
+  for (int ci = 0; ci < kChunks; ++ci) {
+    const int c = int(threadIdx.x) + ci * nt;
+    float4 w0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), w1 = w0;
+    if (c < n_chunks) {
+      w0 = __ldg(reinterpret_cast<const float4*>(w + 8 * c));
+      w1 = __ldg(reinterpret_cast<const float4*>(w + 8 * c + 4));
+    }
+    out.v[ci][0] = w0.x, out.v[ci][1] = w0.y, out.v[ci][2] = w0.z, out.v[ci][3] = w0.w;
+    out.v[ci][4] = w1.x, out.v[ci][5] = w1.y, out.v[ci][6] = w1.z, out.v[ci][7] = w1.w;
+  }
+}
+
+// In-place weighted RMSNorm of one row of n values (n a multiple of 8, n <= 8 * blockDim.x *
+// kChunks) by the whole block, then bf16: thread = chunks of 8 values c = tid + blockDim.x i,
+// weights from load_row_norm_weights. The sum of squares is an explicit fma chain per thread
+// (the same bits wherever it is inlined: rmsnorm_rows and qkv_norm_finish), then block_sum; the
+// products follow the reference. `scratch`: 32 floats of shared memory. Every thread of the
+// block must call it.
+template <int kChunks>
+__device__ __forceinline__ void rmsnorm_row_block(__nv_bfloat16* __restrict__ row, int n,
+                                                  const RowNormWeights<kChunks>& w, float eps, float* scratch) {
   const int n_chunks = n / 8, nt = int(blockDim.x);
   float v[kChunks][8];
   float ss = 0.0f;
@@ -82,12 +108,9 @@ __device__ __forceinline__ void rmsnorm_row_block(__nv_bfloat16* __restrict__ ro
   for (int ci = 0; ci < kChunks; ++ci) {
     const int c = int(threadIdx.x) + ci * nt;
     if (c >= n_chunks) continue;
-    const float4 w0 = __ldg(reinterpret_cast<const float4*>(w + 8 * c));
-    const float4 w1 = __ldg(reinterpret_cast<const float4*>(w + 8 * c + 4));
-    const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
     float out[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) out[e] = __fmul_rn(wv[e], __fmul_rn(v[ci][e], r));
+    for (int e = 0; e < 8; ++e) out[e] = __fmul_rn(w.v[ci][e], __fmul_rn(v[ci][e], r));
     store_bf16x8(row + 8 * c, out);
   }
 }
