@@ -1,9 +1,11 @@
 // compressor.cu: compressor_forward, the validating launcher of the KV compressors (CSA main and
 // indexer compressors, HCA). Two launches on the caller's stream, emit (emit.cu) then save
 // (save.cu), both with one block per token row, so the grid depends only on n_tokens (graph-safe);
-// nothing is allocated and nothing waits on the host.
+// nothing is allocated and nothing waits on the host. Both launch as programmatic dependents
+// (common/pdl.cuh) on SM90.
 #include <cmath>
 
+#include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/compressor/compressor.h"
 #include "cuda/compressor/compressor_internal.h"
@@ -83,8 +85,9 @@ Status compressor_forward(const StepBatchView& b, const float* a, const float* z
   g.norm_eps = p.norm_eps;
   g.hadamard_scale = 1.0f / std::sqrt(float(p.dim));
   g.record = p.record;
-  DSV4_RETURN_IF_ERROR(launch_compressor_emit(g, stream));
-  return launch_compressor_save(g, stream);
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  DSV4_RETURN_IF_ERROR(launch_compressor_emit(g, stream, pdl));
+  return launch_compressor_save(g, stream, pdl);
 }
 
 }  // namespace dsv4::cuda

@@ -30,8 +30,9 @@ struct CompressorLaunch {
 };
 
 // Emits the entry of every row that completes a window (reads the ring, never writes it).
-Status launch_compressor_emit(const CompressorLaunch& g, cudaStream_t stream);
+// pdl: launch as a programmatic dependent of the previous kernel (SM90, common/pdl.cuh).
+Status launch_compressor_emit(const CompressorLaunch& g, cudaStream_t stream, bool pdl);
 // Writes each sequence's last min(ntok, coff * ratio) rows into its ring (after the emit).
-Status launch_compressor_save(const CompressorLaunch& g, cudaStream_t stream);
+Status launch_compressor_save(const CompressorLaunch& g, cudaStream_t stream, bool pdl);
 
 }  // namespace dsv4::cuda::compressor_detail

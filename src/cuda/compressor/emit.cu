@@ -5,9 +5,11 @@
 // CPU twin (cpu::compressor_push, compressor_finish_entry) operation by operation, in the same
 // order and without FMA contraction, so the result matches it up to the last-ulp differences of
 // expf (CUDA's, 2 ulp, against glibc's) and of cos/sin (ref_numerics.cuh), which bf16 rounding
-// nearly always absorbs.
+// nearly always absorbs. Launched as a programmatic dependent (pdl.cuh): the channel's norm
+// weight and inverse frequency, constant, are read before the wait.
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/kv_codec.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/compressor/compressor_internal.h"
 #include "cuda/indexer/ref_numerics.cuh"
 
@@ -20,6 +22,13 @@ __global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(CompressorLaun
   __shared__ float s_part[kMaxDim / 32];
   __shared__ float s_rms;
 
+  pdl_launch_dependents();
+  const int j = threadIdx.x, lane = j & 31, warp = j >> 5;
+  const int nope = g.dim - g.rope_dim;
+  const float norm_w = g.norm_w[j];
+  const float inv_freq = j >= nope ? g.inv_freq[(j - nope) / 2] : 0.0f;
+  pdl_wait();  // the rest is step data: the batch (a host copy), a and z (the GEMM before), ring, pool
+
   const int t = blockIdx.x;
   const int seq = g.b.token_seq[t];
   if (seq < 0 || g.b.seq_slot[seq] < 0) return;
@@ -27,7 +36,6 @@ __global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(CompressorLaun
   const int64_t p = g.b.token_pos[t];
   if ((p + 1) % m != 0) return;
 
-  const int j = threadIdx.x, lane = j & 31, warp = j >> 5;
   const int dim = g.dim, width = g.coff * dim, ring_rows = g.coff * m;
   const int64_t w = p / m;
   const int64_t pos0 = g.b.seq_pos0[seq], tok0 = g.b.seq_tok0[seq];
@@ -85,16 +93,15 @@ __global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(CompressorLaun
     s_rms = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(ss, float(dim)), g.norm_eps)));
   }
   __syncthreads();
-  x = ref::round_bf16(__fmul_rn(g.norm_w[j], __fmul_rn(x, s_rms)));
+  x = ref::round_bf16(__fmul_rn(norm_w, __fmul_rn(x, s_rms)));
 
   // ---- RoPE on the last rope_dim channels at position w * m, bf16 ----
-  const int nope = dim - g.rope_dim;
   s_x[j] = x;
   __syncthreads();
   if (j >= nope) {
     const int k = (j - nope) / 2;
     float c, s;
-    ref::rope_cos_sin(w * m, g.inv_freq[k], &c, &s);
+    ref::rope_cos_sin(w * m, inv_freq, &c, &s);
     const float2 r = ref::rope_rotate(s_x[nope + 2 * k], s_x[nope + 2 * k + 1], c, s);
     x = ref::round_bf16(((j - nope) & 1) ? r.y : r.x);
   }
@@ -149,9 +156,9 @@ __global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(CompressorLaun
 
 }  // namespace
 
-Status launch_compressor_emit(const CompressorLaunch& g, cudaStream_t stream) {
-  compressor_emit_kernel<<<g.b.n_tokens, g.dim, 0, stream>>>(g);
-  return last_launch_status("compressor_emit_kernel");
+Status launch_compressor_emit(const CompressorLaunch& g, cudaStream_t stream, bool pdl) {
+  return launch_kernel(&compressor_emit_kernel, dim3(g.b.n_tokens), dim3(g.dim), 0, stream, pdl, g,
+                       "compressor_emit_kernel");
 }
 
 }  // namespace dsv4::cuda::compressor_detail

@@ -3,10 +3,13 @@
 // weights. Both reproduce the CPU reference bit for bit (cpu::attention_forward's indexer part):
 // the Hadamard runs the reference's butterfly stages in the same order, so every fp32 sum
 // matches; only cos/sin may differ from glibc's in rare last-ulp cases (ref_numerics.cuh).
+// Both launch as programmatic dependents (common/pdl.cuh) on SM90.
 #include <algorithm>
 #include <cmath>
 
+#include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/indexer/indexer.h"
 #include "cuda/indexer/ref_numerics.cuh"
 #include "cuda/indexer/topk_plan.h"
@@ -41,17 +44,18 @@ __device__ __forceinline__ float head_weight(float proj, float scale) {
 // l the four dims 4l .. 4l + 3, so the butterflies of span 1 and 2 are in-thread and spans 4 ..
 // 64 pair lane l with lane l ^ (span / 4). The lower element of a pair becomes a + b, the upper
 // a - b, exactly as the reference's loop.
-__global__ void __launch_bounds__(kPrepThreads) indexer_prepare_q_kernel(PrepArgs g) {
+__global__ void __launch_bounds__(kPrepThreads) indexer_prepare_q_kernel(const PrepArgs g) {
   __shared__ float s_cos[kHeadDim / 2], s_sin[kHeadDim / 2];
+  pdl_launch_dependents();
+  const int half_rope = g.rope_dim / 2;
+  const float freq = int(threadIdx.x) < half_rope ? g.inv_freq[threadIdx.x] : 0.0f;  // constant
+  pdl_wait();  // qi, proj: earlier kernels; token_pos: the step's host copy
   const int t = blockIdx.x;
   if (g.proj != nullptr) {
     for (int h = threadIdx.x; h < g.n_heads; h += kPrepThreads)
       g.w[int64_t(t) * g.n_heads + h] = head_weight(g.proj[int64_t(t) * g.ld + h], g.w_scale);
   }
-  const int half_rope = g.rope_dim / 2;
-  if (int(threadIdx.x) < half_rope) {
-    ref::rope_cos_sin(g.token_pos[t], g.inv_freq[threadIdx.x], &s_cos[threadIdx.x], &s_sin[threadIdx.x]);
-  }
+  if (int(threadIdx.x) < half_rope) ref::rope_cos_sin(g.token_pos[t], freq, &s_cos[threadIdx.x], &s_sin[threadIdx.x]);
   __syncthreads();
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -112,11 +116,21 @@ __global__ void __launch_bounds__(kPrepThreads) indexer_prepare_q_kernel(PrepArg
   }
 }
 
-__global__ void indexer_weights_kernel(const float* proj, int64_t ld, int T, int n_heads, float scale, float* w) {
-  const int64_t n = int64_t(T) * n_heads;
+struct WeightsArgs {
+  const float* proj;  // f32 [T, ld]
+  int64_t ld;
+  int T, n_heads;
+  float scale;
+  float* w;           // f32 [T, n_heads]
+};
+
+__global__ void indexer_weights_kernel(const WeightsArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();  // proj comes from the previous kernel
+  const int64_t n = int64_t(a.T) * a.n_heads;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = i / n_heads, h = i % n_heads;
-    w[i] = head_weight(proj[t * ld + h], scale);
+    const int64_t t = i / a.n_heads, h = i % a.n_heads;
+    a.w[i] = head_weight(a.proj[t * a.ld + h], a.scale);
   }
 }
 
@@ -136,9 +150,10 @@ Status launch_prepare(__nv_bfloat16* qi, int T, int n_heads, int head_dim, int r
   if (qi == nullptr || token_pos == nullptr || (rope_dim > 0 && inv_freq == nullptr))
     return invalid_argument("indexer_prepare_q: null qi, token_pos or inv_freq");
   if (!aligned(qi, 8)) return invalid_argument("indexer_prepare_q: qi must be 8-byte aligned");
-  PrepArgs g{qi, token_pos, inv_freq, n_heads, rope_dim, 1.0f / std::sqrt(float(head_dim)), proj, ld, w_scale, w};
-  indexer_prepare_q_kernel<<<T, kPrepThreads, 0, stream>>>(g);
-  return last_launch_status("indexer_prepare_q_kernel");
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  const PrepArgs g{qi, token_pos, inv_freq, n_heads, rope_dim, 1.0f / std::sqrt(float(head_dim)), proj, ld, w_scale, w};
+  return launch_kernel(&indexer_prepare_q_kernel, dim3(T), dim3(kPrepThreads), 0, stream, pdl, g,
+                       "indexer_prepare_q_kernel");
 }
 
 }  // namespace
@@ -164,8 +179,9 @@ Status indexer_weights(const float* proj, int64_t ld, int T, int n_heads, float 
   const int64_t n = int64_t(T) * n_heads;
   const int threads = 256;
   const int blocks = int(std::min<int64_t>((n + threads - 1) / threads, 4096));
-  indexer_weights_kernel<<<blocks, threads, 0, stream>>>(proj, ld, T, n_heads, scale, w);
-  return last_launch_status("indexer_weights_kernel");
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  return launch_kernel(&indexer_weights_kernel, dim3(blocks), dim3(threads), 0, stream, pdl,
+                       WeightsArgs{proj, ld, T, n_heads, scale, w}, "indexer_weights_kernel");
 }
 
 }  // namespace dsv4::cuda

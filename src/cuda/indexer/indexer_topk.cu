@@ -16,9 +16,14 @@
 // partial sum of the 128-term dot fits in 24 bits: the tensor core's fp32 accumulation and the
 // reference's loop give the same float in any order. The rest (bf16 roundings, the fp32 head sum
 // in head order) is done exactly as the reference.
+//
+// Both launch as programmatic dependents (common/pdl.cuh) on SM90 and wait before anything else:
+// every input is step data (the keys come from the indexer compressor just before).
 #include <algorithm>
 
+#include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/indexer/candidates.cuh"
 #include "cuda/indexer/indexer.h"
 #include "cuda/indexer/ref_numerics.cuh"
@@ -106,7 +111,7 @@ __device__ __forceinline__ __nv_bfloat16 head_term(float dot, float w) {
   return __float2bfloat16_rn(__fmul_rn(fmaxf(ref::round_bf16(dot), 0.0f), w));
 }
 
-__global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(TopkArgs g) {
+__global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const TopkArgs g) {
   __shared__ __align__(16) __nv_bfloat16 s_tile[kTileKeys * kRowPad];  // q rows first, then key tiles
   __shared__ __align__(16) __nv_bfloat16 s_v[kTileKeys * kVPad];       // [key][head] terms
   __shared__ uint64_t s_keys[kSplitCap];
@@ -116,6 +121,8 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(TopkArgs g
   __shared__ int s_count;
   __shared__ uint64_t s_thr;
 
+  pdl_launch_dependents();
+  pdl_wait();
   const int t = blockIdx.x, split = blockIdx.y;
   const int64_t slot = int64_t(t) * g.n_splits + split;
   const int seq = g.b.token_seq[t];
@@ -222,7 +229,7 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(TopkArgs g
 // k = min(topk, candidates): while more keys are in play than kMergeCap, each radix pass reads
 // the lists; then the keys in play are gathered into shared memory (those already taken into
 // s_take) and the remaining passes run there. The k taken keys are sorted descending.
-__global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(TopkArgs g) {
+__global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const TopkArgs g) {
   __shared__ uint64_t s_keys[kMergeCap];  // keys in play
   __shared__ uint64_t s_take[kMaxTopk];   // taken keys, then sorted
   __shared__ int s_off[kMaxSplits + 1];
@@ -230,6 +237,8 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(TopkArgs g
   __shared__ SelectState s_sel;
   __shared__ int s_n_play, s_n_take;
 
+  pdl_launch_dependents();
+  pdl_wait();  // the split kernel's lists
   const int t = blockIdx.x, tid = threadIdx.x;
   int32_t* out = g.selected + int64_t(t) * g.topk;
   if (g.b.token_seq[t] < 0) {
@@ -383,10 +392,11 @@ Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float
   g.cand = static_cast<uint64_t*>(ws.data());
   g.counts = reinterpret_cast<int32_t*>(static_cast<char*>(ws.data()) + slots * size_t(ws.topk()) * 8);
   g.selected = selected;
-  indexer_split_kernel<<<dim3(unsigned(b.n_tokens), unsigned(n_splits)), kSplitThreads, 0, stream>>>(g);
-  DSV4_RETURN_IF_ERROR(last_launch_status("indexer_split_kernel"));
-  indexer_merge_kernel<<<b.n_tokens, kMergeThreads, 0, stream>>>(g);
-  return last_launch_status("indexer_merge_kernel");
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  DSV4_RETURN_IF_ERROR(launch_kernel(&indexer_split_kernel, dim3(unsigned(b.n_tokens), unsigned(n_splits)),
+                                     dim3(kSplitThreads), 0, stream, pdl, g, "indexer_split_kernel"));
+  return launch_kernel(&indexer_merge_kernel, dim3(unsigned(b.n_tokens)), dim3(kMergeThreads), 0, stream, pdl, g,
+                       "indexer_merge_kernel");
 }
 
 }  // namespace dsv4::cuda
