@@ -1,10 +1,20 @@
 // pdl.cuh: programmatic dependent launch (SM90) for decode chains. A kernel launched with
 // launch_kernel(..., pdl = true) may start while the previous kernel of the stream is finishing:
 // it may prefetch what does not depend on that kernel (weights), and must call pdl_wait() before
-// touching anything the previous kernel writes or reads. Every kernel here calls
-// pdl_launch_dependents() at its start, so the next one can be scheduled as soon as all of this
-// grid's blocks are running. On SM86 both calls compile to nothing and launches are plain; whether
-// to use PDL is decided in one place, pdl_supported() (common/arch.h).
+// touching anything the previous kernel writes or reads. Every kernel of the forward step and of
+// the sampler is launched this way (not cuBLAS's, nor the optional dense decode kernel, launched
+// plainly: the chain resumes after them), so:
+//   - before pdl_wait() a kernel reads only constant data (weights, norm weights, inv_freq), never
+//     step inputs (token ids, positions, block tables, sampling params: host copies) nor anything
+//     a kernel writes, and it writes no global memory (an earlier kernel may still read it);
+//   - a grid completes only after its predecessor did, as long as one of its blocks waited, so one
+//     wait covers every earlier kernel of the stream. The small kernels (ops, compressor,
+//     indexer, sampling) wait in every block before any early return;
+//   - most kernels call pdl_launch_dependents() first thing, so the next kernel is scheduled as
+//     soon as all of this grid's blocks run; its blocks only prefetch weights until they wait.
+//     The w4a16 GEMMs and the router trigger later where a dependent relies on it (their notes).
+// On SM86 both calls compile to nothing and launches are plain; whether to use PDL is decided in
+// one place, pdl_supported() (common/arch.h).
 #pragma once
 
 #include <cuda_runtime.h>

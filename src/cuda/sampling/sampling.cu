@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/sampling/sampling_internal.h"
 
@@ -69,9 +70,10 @@ Status sample_tokens(const float* logits, int64_t ld, int B, int V, const Sample
   if (a.split.n_slices > a.max_slices || a.split.n_chunks > a.max_chunks)
     return internal_error("sample_tokens: split of B={} V={} exceeds the workspace layout", B, V);
 
-  DSV4_RETURN_IF_ERROR(sampling_detail::launch_sample_stats(a, stream));
-  DSV4_RETURN_IF_ERROR(sampling_detail::launch_sample_weights(a, stream));
-  return sampling_detail::launch_sample_select(a, stream);
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  DSV4_RETURN_IF_ERROR(sampling_detail::launch_sample_stats(a, stream, pdl));
+  DSV4_RETURN_IF_ERROR(sampling_detail::launch_sample_weights(a, stream, pdl));
+  return sampling_detail::launch_sample_select(a, stream, pdl);
 }
 
 }  // namespace dsv4::cuda

@@ -129,9 +129,11 @@ struct SampleArgs {
   int max_slices = 0, max_chunks = 0;
 };
 
-// The launches, in this order on one stream (sampling.cu validates the arguments first).
-Status launch_sample_stats(const SampleArgs& a, cudaStream_t stream);    // stats.cu
-Status launch_sample_weights(const SampleArgs& a, cudaStream_t stream);  // weights.cu
-Status launch_sample_select(const SampleArgs& a, cudaStream_t stream);   // select.cu
+// The launches, in this order on one stream (sampling.cu validates the arguments first). pdl:
+// launch as a programmatic dependent of the previous kernel (SM90, common/pdl.cuh); each kernel
+// waits for it before reading or writing anything.
+Status launch_sample_stats(const SampleArgs& a, cudaStream_t stream, bool pdl);    // stats.cu
+Status launch_sample_weights(const SampleArgs& a, cudaStream_t stream, bool pdl);  // weights.cu
+Status launch_sample_select(const SampleArgs& a, cudaStream_t stream, bool pdl);   // select.cu
 
 }  // namespace dsv4::cuda::sampling_detail

@@ -439,6 +439,8 @@ __device__ int32_t sample_row(Smem& s, const SampleArgs& a, const SampleParams& 
 // Two blocks per SM (64 registers): a batch of 256 rows runs in one wave on an H200.
 __global__ void __launch_bounds__(kThreads, 2) sample_select_kernel(const SampleArgs a) {
   __shared__ Smem s;
+  pdl_launch_dependents();
+  pdl_wait();  // the stats and weights launches' outputs
   const int row = blockIdx.x;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const SampleParams p = a.params[row];
@@ -482,8 +484,8 @@ __global__ void __launch_bounds__(kThreads, 2) sample_select_kernel(const Sample
 
 }  // namespace
 
-Status launch_sample_select(const SampleArgs& a, cudaStream_t stream) {
-  return launch_kernel(&sample_select_kernel, dim3(unsigned(a.B)), dim3(kThreads), 0, stream, false, a,
+Status launch_sample_select(const SampleArgs& a, cudaStream_t stream, bool pdl) {
+  return launch_kernel(&sample_select_kernel, dim3(unsigned(a.B)), dim3(kThreads), 0, stream, pdl, a,
                        "sample_select_kernel");
 }
 

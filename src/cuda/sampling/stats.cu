@@ -16,6 +16,8 @@ constexpr int kUnroll = 4;  // batches of 32 logits loaded before they are inser
 
 __global__ void __launch_bounds__(kStatsThreads) sample_stats_kernel(const SampleArgs a) {
   __shared__ u64 s_lists[kWarps][kTopSlots];
+  pdl_launch_dependents();
+  pdl_wait();  // params: the step's host copy; logits: the LM head before
   const int slice = blockIdx.x, row = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int K = top_count(a.params[row].logprobs);
@@ -54,9 +56,9 @@ __global__ void __launch_bounds__(kStatsThreads) sample_stats_kernel(const Sampl
 
 }  // namespace
 
-Status launch_sample_stats(const SampleArgs& a, cudaStream_t stream) {
+Status launch_sample_stats(const SampleArgs& a, cudaStream_t stream, bool pdl) {
   const dim3 grid(unsigned(a.split.n_slices), unsigned(a.B));
-  return launch_kernel(&sample_stats_kernel, grid, dim3(kStatsThreads), 0, stream, false, a, "sample_stats_kernel");
+  return launch_kernel(&sample_stats_kernel, grid, dim3(kStatsThreads), 0, stream, pdl, a, "sample_stats_kernel");
 }
 
 }  // namespace dsv4::cuda::sampling_detail

@@ -23,6 +23,8 @@ __global__ void __launch_bounds__(kStatsThreads) sample_weights_kernel(const Sam
   __shared__ u64 s_sum[kExpBuckets];
   __shared__ double s_red[kWarps];
   __shared__ float s_max;
+  pdl_launch_dependents();
+  pdl_wait();  // params (a host copy) and the stats launch's lists
   const int slice = blockIdx.x, row = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const SampleParams p = a.params[row];
@@ -95,9 +97,9 @@ __global__ void __launch_bounds__(kStatsThreads) sample_weights_kernel(const Sam
 
 }  // namespace
 
-Status launch_sample_weights(const SampleArgs& a, cudaStream_t stream) {
+Status launch_sample_weights(const SampleArgs& a, cudaStream_t stream, bool pdl) {
   const dim3 grid(unsigned(a.split.n_slices), unsigned(a.B));
-  return launch_kernel(&sample_weights_kernel, grid, dim3(kStatsThreads), 0, stream, false, a,
+  return launch_kernel(&sample_weights_kernel, grid, dim3(kStatsThreads), 0, stream, pdl, a,
                        "sample_weights_kernel");
 }
 
