@@ -87,8 +87,18 @@ if has prof; then
   grep -E "w4a16_|moe_route|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Registers Per|Achieved Occupancy|No Eligible" "$OUT/ncu.txt" | head -60
 fi
 if has lab; then
-  $BIN/w4a16_bench --lab --no-dense --moe-ms 1 --out "$OUT/lab.json" --commit "$COMMIT" > "$OUT/lab.log" 2>&1
+  $BIN/w4a16_bench --lab --no-dense --moe-ms 1 ${LAB_ARGS:-} --out "$OUT/lab.json" --commit "$COMMIT" > "$OUT/lab.log" 2>&1
   echo "lab rc=$?"; grep -E "^lab .* \*$|^moe " "$OUT/lab.log" | head -40
+  # the fastest launches per shape and M
+  python3 -c "
+import re, sys
+best = {}
+for l in open(sys.argv[1]):
+    m = re.match(r'lab (\S+)\s+M=(\d+)\s.*?([0-9.]+) us', l)
+    if m and (m.group(1, 2) not in best or float(m.group(3)) < best[m.group(1, 2)][0]):
+        best[m.group(1, 2)] = (float(m.group(3)), l.rstrip())
+for k in sorted(best): print('best', best[k][1])
+" "$OUT/lab.log"
 fi
 if has quick || has full; then
   Q=""; has quick && Q="--quick"

@@ -247,7 +247,9 @@ json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool 
     for (int cfg = 0; cfg < kNumDecodeConfigs; ++cfg) {
       auto ci = gemm_config_info(GemmConfig(cfg));
       CKS(ci.status());
-      if (ci->block_m < m || (m <= 16 && ci->block_m > 16)) continue;
+      // 17..32 rows also as two 16-row tiles (each streams the weights; the second read may hit L2).
+      const int row_blocks = (m + ci->block_m - 1) / ci->block_m;
+      if (row_blocks > 2 || (m <= 16 && ci->block_m > 16)) continue;
       for (int splits : {1, 2, 4, 8, 16})
         for (int stages : {2, 3, 4})
           for (int pdl : {0, 1}) {
@@ -256,8 +258,9 @@ json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool 
             l.cfg = GemmConfig(cfg);
             l.splits = splits;
             l.stages = stages;
-            if (!complete_launch(&l, *ci, 1, m, sh.n, sh.k, *c.dev)) continue;
-            if (l.splits > 1 && size_t(l.grid.x) * splits * ci->block_m * ci->block_n > ws.partial_floats) continue;
+            if (!complete_launch(&l, *ci, row_blocks, std::min(m, ci->block_m), sh.n, sh.k, *c.dev)) continue;
+            if (l.splits > 1 && size_t(l.grid.x) * l.grid.z * splits * ci->block_m * ci->block_n > ws.partial_floats)
+              continue;
             l.pdl = pdl != 0 && pdl_supported(*c.dev);
             const int calls = sets * std::max(1, 40 / sets);
             const double us = time_graph(c.s, calls, [&](int i) {
@@ -273,10 +276,11 @@ json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool 
             const int bps = decode_blocks_per_sm(*ci, l.smem, *c.dev);
             const bool is_chosen = chosen->cfg == l.cfg && chosen->splits == splits && chosen->stages == stages &&
                                    chosen->pdl == l.pdl;
-            std::printf("lab %-6s M=%-3d %-8s S=%-2d st=%d pdl=%d smem=%6zu bps=%d blocks=%-4u %8.2f us %6.0f GB/s%s\n",
-                        sh.name.c_str(), m, w4a16_config_name(cfg), splits, stages, pdl, l.smem, bps,
+            std::printf("lab %-6s M=%-3d %-8s x%d S=%-2d st=%d pdl=%d smem=%6zu bps=%d blocks=%-4u %8.2f us %6.0f GB/s%s\n",
+                        sh.name.c_str(), m, w4a16_config_name(cfg), row_blocks, splits, stages, pdl, l.smem, bps,
                         l.grid.x * l.grid.y * l.grid.z, us, double(qb + sb) / (us * 1e-6) / 1e9, is_chosen ? " *" : "");
-            rows.push_back({{"shape", sh.name}, {"m", m}, {"config", w4a16_config_name(cfg)}, {"splits", splits},
+            rows.push_back({{"shape", sh.name}, {"m", m}, {"config", w4a16_config_name(cfg)}, {"row_tiles", row_blocks},
+                            {"splits", splits},
                             {"stages", stages}, {"pdl", pdl}, {"smem", l.smem},
                             {"blocks_per_sm", bps}, {"blocks", l.grid.x * l.grid.y * l.grid.z}, {"us", us},
                             {"chosen", is_chosen}});
@@ -474,6 +478,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-moe") moe = false;
     else if (a == "--no-dense") dense = false;
     else if (a == "--lab") lab = true;
+    else if (a == "--lab-ms" && i + 1 < argc) lab_ms = parse_list(argv[++i]);
     else if (a == "--ms" && i + 1 < argc) ms_arg = parse_list(argv[++i]);
     else if (a == "--moe-ms" && i + 1 < argc) moe_ms_arg = parse_list(argv[++i]);
     else if (a == "--shapes" && i + 1 < argc) {
@@ -484,7 +489,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s [--out FILE] [--commit SHA] [--command STR] [--quick] [--profile] [--no-moe] [--no-dense]\n"
-                   "          [--lab] [--ms 1,16,..] [--moe-ms 1,..] [--shapes wq_b,wo_b,..]\n",
+                   "          [--lab] [--lab-ms 1,16,32] [--ms 1,16,..] [--moe-ms 1,..] [--shapes wq_b,wo_b,..]\n",
                    argv[0]);
       return 2;
     }
@@ -524,7 +529,9 @@ int main(int argc, char** argv) {
     for (const Shape& sh : {shapes[1], shapes[3]})
       for (auto& r : bench_decode_lab(c, sh, lab_ms, false)) lab_rows.push_back(r);
     for (const Shape& sh : {shapes[0], shapes[6], shapes[8]})
-      for (auto& r : bench_decode_lab(c, sh, {1, 16}, false)) lab_rows.push_back(r);
+      for (auto& r : bench_decode_lab(c, sh, lab_ms == std::vector<int>{1, 16, 32} ? std::vector<int>{1, 16} : lab_ms,
+                                      false))
+        lab_rows.push_back(r);
   }
   if (dense)
     for (const Shape& sh : shapes) {
