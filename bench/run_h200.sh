@@ -46,6 +46,13 @@ if has fbench; then
   timeout ${FBENCH_TIMEOUT:-200} $BIN/dsv4 bench --synthetic flash ${FBENCH_ARGS:---layers 20 --batch 1,32 --context 4096} \
     --commit "$COMMIT" --command "$CMD; FBENCH_ARGS='${FBENCH_ARGS:-}'" --out "$OUT/forward_bench.json" > "$OUT/fbench.log" 2>&1
   echo "dsv4 bench rc=$?"; cat "$OUT/fbench.log" | cut -c1-200 | tail -40
+  if [[ -n ${FBENCH_B_ARGS:-} ]]; then
+    # A/B: the same ladder with FBENCH_B_ARGS added (e.g. --pdl off).
+    timeout ${FBENCH_TIMEOUT:-200} $BIN/dsv4 bench --synthetic flash ${FBENCH_ARGS:---layers 20 --batch 1,32 --context 4096} \
+      $FBENCH_B_ARGS --commit "$COMMIT" --command "$CMD; FBENCH_ARGS='${FBENCH_ARGS:-}' + '$FBENCH_B_ARGS'" \
+      --out "$OUT/forward_bench_b.json" > "$OUT/fbench_b.log" 2>&1
+    echo "dsv4 bench (B: $FBENCH_B_ARGS) rc=$?"; cat "$OUT/fbench_b.log" | cut -c1-200 | tail -40
+  fi
 fi
 if has serve; then
   # The OpenAI server on the CUDA runner (python wheels for the openai client carried in .whl).
