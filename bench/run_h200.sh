@@ -73,7 +73,7 @@ if has longcmp; then
   $BIN/dsv4 logits --model /tmp/cmp_model --token-ids /tmp/ids.npy --numerics bf16 --device cuda --chunk 2048 \
     --out /tmp/gpu.npy --selected /tmp/gpu_sel.npy 2>&1 | tail -1
   timeout ${LONGCMP_TIMEOUT:-300} $BIN/dsv4 logits --model /tmp/cmp_model --token-ids /tmp/ids.npy --numerics bf16 \
-    --device cpu --chunk 8192 --out /tmp/cpu.npy --selected /tmp/cpu_sel.npy 2>&1 | tail -1
+    --device cpu --chunk ${LONGCMP_CPU_CHUNK:-16384} --out /tmp/cpu.npy --selected /tmp/cpu_sel.npy 2>&1 | tail -1
   python3 bench/compare_logits.py /tmp/gpu.npy /tmp/cpu.npy "$OUT/longcmp_$T.json"
   python3 bench/compare_selected.py /tmp/gpu_sel.npy /tmp/cpu_sel.npy 4 "$OUT/longcmp_selected_$T.json"
 fi

@@ -22,39 +22,61 @@ namespace {
 
 typedef float F8 __attribute__((vector_size(32)));  // 8 lanes = dot()'s 8 partial sums
 
-// Four dot products against one weight row w, each with exactly dot()'s summation order (8
-// interleaved partial sums, the same final tree, then the tail), so results are bit-identical to
-// four dot() calls; the weight row is loaded once for the four tokens. Cloned for AVX2 (no FMA:
-// a fused multiply-add would round differently) and a baseline build, chosen at load time.
-__attribute__((target_clones("avx2", "default"))) void dot4(const float* w, const float* x0, const float* x1,
-                                                            const float* x2, const float* x3, int64_t n,
-                                                            float* out, int64_t stride) {
 #define DSV4_LOAD8(p) ({ F8 v_; __builtin_memcpy(&v_, (p), sizeof(F8)); v_; })
+
+// dot()'s final tree over the 8 partial sums, then the tail.
+inline float finish8(const F8 a, float tail) {
+  return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
+}
+
+// Dot products of 4 weight rows (w, stride ldw) with 4 tokens (x, stride ldx), each with exactly
+// dot()'s summation order (8 interleaved partial sums, the same final tree, then the tail), so
+// results are bit-identical to 16 dot() calls; each loaded vector is used four times. y[t * ldy
+// + r]. Cloned for AVX2 (no FMA: a fused multiply-add would round differently) and a baseline
+// build, chosen at load time.
+__attribute__((target_clones("avx2", "default"))) void dot4x4(const float* w, int64_t ldw, const float* x,
+                                                              int64_t ldx, int64_t n, float* y, int64_t ldy) {
+  F8 acc[4][4] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    F8 wv[4];
+    for (int r = 0; r < 4; ++r) wv[r] = DSV4_LOAD8(w + r * ldw + i);
+    for (int t = 0; t < 4; ++t) {
+      const F8 xv = DSV4_LOAD8(x + t * ldx + i);
+      for (int r = 0; r < 4; ++r) acc[t][r] += xv * wv[r];
+    }
+  }
+  for (int t = 0; t < 4; ++t)
+    for (int r = 0; r < 4; ++r) {
+      float tail = 0.0f;
+      for (int64_t k = i; k < n; ++k) tail += x[t * ldx + k] * w[r * ldw + k];
+      y[t * ldy + r] = finish8(acc[t][r], tail);
+    }
+}
+
+// One weight row against 4 tokens (rows left over from the 4-row groups), same order as dot().
+__attribute__((target_clones("avx2", "default"))) void dot1x4(const float* w, const float* x, int64_t ldx, int64_t n,
+                                                              float* y, int64_t ldy) {
   F8 acc[4] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const F8 wv = DSV4_LOAD8(w + i);
-    acc[0] += DSV4_LOAD8(x0 + i) * wv;
-    acc[1] += DSV4_LOAD8(x1 + i) * wv;
-    acc[2] += DSV4_LOAD8(x2 + i) * wv;
-    acc[3] += DSV4_LOAD8(x3 + i) * wv;
+    for (int t = 0; t < 4; ++t) acc[t] += DSV4_LOAD8(x + t * ldx + i) * wv;
   }
-#undef DSV4_LOAD8
-  const float* xs[4] = {x0, x1, x2, x3};
   for (int t = 0; t < 4; ++t) {
     float tail = 0.0f;
-    for (int64_t k = i; k < n; ++k) tail += xs[t][k] * w[k];
-    const F8 a = acc[t];
-    out[t * stride] = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
+    for (int64_t k = i; k < n; ++k) tail += x[t * ldx + k] * w[k];
+    y[t * ldy] = finish8(acc[t], tail);
   }
 }
+#undef DSV4_LOAD8
 
 }  // namespace
 
 void linear(const LinearWeight& w, const float* x, int64_t T, int64_t ldx, float* y, int64_t ldy, int64_t n0,
             int64_t n1) {
   // Rows are dequantized in blocks so that each weight byte is read once per call while the
-  // activations (T x K floats) stay hot in cache; tokens go four at a time through each row.
+  // activations (T x K floats) stay hot in cache; tokens and rows go in groups of four.
   constexpr int64_t kRowBlock = 16;
   const int64_t K = w.k;
   const int64_t n_blocks = (n1 - n0 + kRowBlock - 1) / kRowBlock;
@@ -70,8 +92,9 @@ void linear(const LinearWeight& w, const float* x, int64_t T, int64_t ldx, float
       for (; t + 4 <= T; t += 4) {
         const float* xt = x + t * ldx;
         float* yt = y + t * ldy - n0;
-        for (int64_t r = r0; r < r1; ++r)
-          dot4(buf.data() + (r - r0) * K, xt, xt + ldx, xt + 2 * ldx, xt + 3 * ldx, K, yt + r, ldy);
+        int64_t r = r0;
+        for (; r + 4 <= r1; r += 4) dot4x4(buf.data() + (r - r0) * K, K, xt, ldx, K, yt + r, ldy);
+        for (; r < r1; ++r) dot1x4(buf.data() + (r - r0) * K, xt, ldx, K, yt + r, ldy);
       }
       for (; t < T; ++t) {
         const float* xt = x + t * ldx;

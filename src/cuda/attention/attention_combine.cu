@@ -20,7 +20,6 @@ constexpr int kCombineBatch = 8;  // O loads in flight per thread
 static_assert(kMaxSplits <= 32, "one split per lane");
 
 __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(const CombineKernelArgs a) {
-  pdl_launch_dependents();
   const int h = blockIdx.x, t = blockIdx.y, n_heads = a.n_heads;
   const int d = threadIdx.x * 4, lane = threadIdx.x & 31;
   pdl_wait();  // the partials come from the split kernel just before

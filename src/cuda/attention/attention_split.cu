@@ -119,7 +119,6 @@ __global__ void __launch_bounds__(kThreads, HG == 1 ? 2 : 1) attention_split_ker
   int32_t* sel_s = reinterpret_cast<int32_t*>(x_s + kWarps * 16 * NK);     // i32 [topk]
   int32_t* cnt_s = sel_s + (a.selected != nullptr ? (a.topk + 3) / 4 * 4 : 0);  // i32 [kWarps]
 
-  pdl_launch_dependents();
   const int split = blockIdx.x, t = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   pdl_wait();  // everything below reads what earlier kernels of the step wrote

@@ -10,10 +10,12 @@
 //   - a grid completes only after its predecessor did, as long as one of its blocks waited, so one
 //     wait covers every earlier kernel of the stream. The small kernels (ops, compressor,
 //     indexer, sampling) wait in every block before any early return;
-//   - most kernels call pdl_launch_dependents() first thing, so the next kernel is scheduled as
-//     soon as all of this grid's blocks run; its blocks only prefetch weights until they wait.
-//     The w4a16 GEMMs and the router trigger later where a dependent relies on it (their notes).
-// On SM86 both calls compile to nothing and launches are plain; whether to use PDL is decided in
+//   - pdl_wait() also lets the next kernel launch: its blocks then prefetch their weights while
+//     this grid works, and wait in turn. Triggering any earlier (at a kernel's start, as the
+//     first version did) let a whole cascade of later kernels' blocks launch and squat SM slots
+//     while they waited: on the H200 a batch-1 step took 4.26 ms that way, 3.70 ms with the
+//     trigger in pdl_wait() and 4.04 ms without PDL (bench/results/forward_h200.md).
+// On SM86 the call compiles to nothing and launches are plain; whether to use PDL is decided in
 // one place, pdl_supported() (common/arch.h).
 #pragma once
 
@@ -23,15 +25,11 @@
 
 namespace dsv4::cuda {
 
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
+// Waits for the previous kernel (and so every earlier one), then lets the next kernel launch.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 

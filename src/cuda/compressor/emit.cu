@@ -22,7 +22,6 @@ __global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(CompressorLaun
   __shared__ float s_part[kMaxDim / 32];
   __shared__ float s_rms;
 
-  pdl_launch_dependents();
   const int j = threadIdx.x, lane = j & 31, warp = j >> 5;
   const int nope = g.dim - g.rope_dim;
   const float norm_w = g.norm_w[j];

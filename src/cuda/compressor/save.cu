@@ -16,7 +16,6 @@ namespace {
 constexpr int kSaveThreads = 256;
 
 __global__ void __launch_bounds__(kSaveThreads) compressor_save_kernel(const CompressorLaunch g) {
-  pdl_launch_dependents();
   pdl_wait();
   const int t = blockIdx.x;
   const int seq = g.b.token_seq[t];

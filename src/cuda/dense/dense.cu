@@ -63,7 +63,6 @@ __global__ void __launch_bounds__(kThreads, 2) dense_decode_kernel(const Params 
   constexpr int MT = (XR + 1) / 2;  // m16 tiles
   constexpr int U = kLoadsPerChunk / NT;  // 32-wide k steps per chunk
   constexpr int kRows = 8 * NT;
-  pdl_launch_dependents();
 
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   const int g = lane >> 2, t = lane & 3;

@@ -46,7 +46,6 @@ __device__ __forceinline__ float head_weight(float proj, float scale) {
 // a - b, exactly as the reference's loop.
 __global__ void __launch_bounds__(kPrepThreads) indexer_prepare_q_kernel(const PrepArgs g) {
   __shared__ float s_cos[kHeadDim / 2], s_sin[kHeadDim / 2];
-  pdl_launch_dependents();
   const int half_rope = g.rope_dim / 2;
   const float freq = int(threadIdx.x) < half_rope ? g.inv_freq[threadIdx.x] : 0.0f;  // constant
   pdl_wait();  // qi, proj: earlier kernels; token_pos: the step's host copy
@@ -125,7 +124,6 @@ struct WeightsArgs {
 };
 
 __global__ void indexer_weights_kernel(const WeightsArgs a) {
-  pdl_launch_dependents();
   pdl_wait();  // proj comes from the previous kernel
   const int64_t n = int64_t(a.T) * a.n_heads;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {

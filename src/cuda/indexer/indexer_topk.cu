@@ -121,7 +121,6 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
   __shared__ int s_count;
   __shared__ uint64_t s_thr;
 
-  pdl_launch_dependents();
   pdl_wait();
   const int t = blockIdx.x, split = blockIdx.y;
   const int64_t slot = int64_t(t) * g.n_splits + split;
@@ -237,7 +236,6 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
   __shared__ SelectState s_sel;
   __shared__ int s_n_play, s_n_take;
 
-  pdl_launch_dependents();
   pdl_wait();  // the split kernel's lists
   const int t = blockIdx.x, tid = threadIdx.x;
   int32_t* out = g.selected + int64_t(t) * g.topk;

@@ -218,9 +218,8 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     for (int i = tid; i < kChunks; i += kThreads)
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(wdst + i * 16), "l"(wsrc + i));
   }
-  pdl_wait();  // x comes from the previous kernel
-  // Trigger only now: the gate/up GEMM's shared-expert blocks read x without waiting for us.
-  pdl_launch_dependents();
+  pdl_wait();  // x comes from the previous kernel (and our dependents launch only from here:
+               // the gate/up GEMM's shared-expert blocks read x without waiting for us)
   const int tok0 = blockIdx.x * TM;
   const int n_tok = min(TM, p.m - tok0);
   constexpr int cpr = kRouterHidden / 8;  // 16-byte chunks per row

@@ -26,7 +26,6 @@ struct EmbedArgs {
 // An id outside [0, vocab) (never produced by the engine, which validates on the host) gives
 // zeros rather than an out-of-bounds read.
 __global__ void __launch_bounds__(kEmbedThreads) embed_streams_kernel(const EmbedArgs a) {
-  pdl_launch_dependents();
   // The ids are this step's host copy and X may still be read by the kernel before: nothing
   // before the wait (the table row is known only from the id).
   pdl_wait();

@@ -149,7 +149,6 @@ __device__ __forceinline__ void kv_finish_row(const KvFinishArgs& a, const KvRow
 }
 
 __global__ void __launch_bounds__(kRowWarps * 32) kv_finish_kernel(const KvFinishArgs a) {
-  pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   KvRowConsts k;
   load_kv_row_consts(a, lane, k);
@@ -177,7 +176,6 @@ struct QkvNormFinishArgs {
 // the branch is uniform per block, so block_sum's barriers are safe). They touch disjoint columns.
 __global__ void __launch_bounds__(kRowWarps * 32) qkv_norm_finish_kernel(const QkvNormFinishArgs g) {
   static_assert(kRowWarps * 32 == kQNormThreads, "rmsnorm_rows' block size");
-  pdl_launch_dependents();
   const QNormArgs& q = g.q;
   const KvFinishArgs& a = g.kv;
   const int kv_blocks = (a.T + kRowWarps - 1) / kRowWarps;
@@ -207,7 +205,6 @@ struct WindowSaveArgs {
 // sequence is real and it is among the sequence's last W rows (older rows would share a ring
 // slot with a newer one). Record copies in 8-byte words.
 __global__ void __launch_bounds__(kSaveWarps * 32) window_save_kernel(const WindowSaveArgs g) {
-  pdl_launch_dependents();
   pdl_wait();  // the step batch is a host copy, the chunk a kernel's output, and attention read the ring
   const StepBatchView& b = g.b;
   const LayerKvView& kv = g.kv;

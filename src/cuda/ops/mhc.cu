@@ -95,7 +95,6 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
   const int d = split * kMixSplitDims + 4 * (threadIdx.x % kThreadsPerStream);
   const int64_t hcD = int64_t(a.hc) * a.D;
   const int64_t col = int64_t(k) * a.D + d;  // column in hc*D (only used when active)
-  pdl_launch_dependents();
 
   // fn stays in registers for all tokens of the group: 1.5 MB per call, read once per group.
   // Constant: loaded before the wait, so the loads overlap the previous kernel's tail.
@@ -227,7 +226,6 @@ __global__ void __launch_bounds__(kFinishWorkers + 32) mix_finish_kernel(MixFini
   __shared__ float s_scale[3];
   __shared__ float s_base[32];
   __shared__ __align__(16) float s_norm_w[kFinishWorkers * kFinishChunks * 8];  // worker c: [8 c, 8 c + 8)
-  pdl_launch_dependents();
 
   // Constant parameters first, before the wait. The mixer parks its own in shared memory (read
   // after the first barrier), so that no global load sits on its serial path (pre, then the

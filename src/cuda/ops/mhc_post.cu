@@ -29,7 +29,6 @@ struct HcPostArgs {
 // grid (ceil(D / 8 / 128), T): thread = 8 columns of one token in every stream. It reads all hc
 // streams before writing any, and no other thread touches them, so in place is safe.
 __global__ void __launch_bounds__(kPostThreads) hc_post_kernel(const HcPostArgs a) {
-  pdl_launch_dependents();
   pdl_wait();  // X, y and mix all come from earlier kernels of the step
   const int hc = a.hc, D = a.D;
   const int t = blockIdx.y;

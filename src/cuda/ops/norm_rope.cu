@@ -42,7 +42,6 @@ struct QNormRopeArgs {
 // grid T, 128 threads; thread = chunks of 8 values c = tid + 128 i (ops_util.cuh).
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_rows_kernel(const RmsnormArgs a) {
   __shared__ float s_red[32];
-  pdl_launch_dependents();
   RowNormWeights<kNormChunks> w;
   load_row_norm_weights(a.w, a.n, w);  // constant: before the wait
   pdl_wait();                          // the rows come from the previous kernel
@@ -51,7 +50,6 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_rows_kernel(const Rmsnor
 
 // grid ceil(T * H / 4), 4 warps; warp = one head (t, h), lane = chunks c = lane + 32 i.
 __global__ void __launch_bounds__(kHeadWarps * 32) q_norm_rope_kernel(const QNormRopeArgs a) {
-  pdl_launch_dependents();
   pdl_wait();  // q and token_pos come from the previous kernel and the step's host copy
   const int d = a.d, H = a.H;
   const int lane = threadIdx.x & 31;

@@ -439,7 +439,6 @@ __device__ int32_t sample_row(Smem& s, const SampleArgs& a, const SampleParams& 
 // Two blocks per SM (64 registers): a batch of 256 rows runs in one wave on an H200.
 __global__ void __launch_bounds__(kThreads, 2) sample_select_kernel(const SampleArgs a) {
   __shared__ Smem s;
-  pdl_launch_dependents();
   pdl_wait();  // the stats and weights launches' outputs
   const int row = blockIdx.x;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

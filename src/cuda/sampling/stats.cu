@@ -16,7 +16,6 @@ constexpr int kUnroll = 4;  // batches of 32 logits loaded before they are inser
 
 __global__ void __launch_bounds__(kStatsThreads) sample_stats_kernel(const SampleArgs a) {
   __shared__ u64 s_lists[kWarps][kTopSlots];
-  pdl_launch_dependents();
   pdl_wait();  // params: the step's host copy; logits: the LM head before
   const int slice = blockIdx.x, row = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

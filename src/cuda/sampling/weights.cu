@@ -23,7 +23,6 @@ __global__ void __launch_bounds__(kStatsThreads) sample_weights_kernel(const Sam
   __shared__ u64 s_sum[kExpBuckets];
   __shared__ double s_red[kWarps];
   __shared__ float s_max;
-  pdl_launch_dependents();
   pdl_wait();  // params (a host copy) and the stats launch's lists
   const int slice = blockIdx.x, row = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

@@ -76,25 +76,22 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   const int nb = blockIdx.x, split = blockIdx.y, z = blockIdx.z;
   const int n_tiles64 = p.n >> 6, kg = p.k >> 7;
 
-  // Which rows (and expert) this block owns. PDL: dense and shared-expert blocks let the next
-  // kernel launch at once. Routed blocks of the gate/up GEMM first wait for the router (their
-  // tile list); they trigger only after that wait, which is what lets the down GEMM read the
-  // tile list before its own wait (the router has completed once this grid's dependents launch).
+  // Which rows (and expert) this block owns. PDL: routed blocks of the gate/up GEMM first wait
+  // for the router (their tile list); the down GEMM launches only after every block of this grid
+  // waited (pdl_wait triggers the dependents) or exited, so it may read the tile list before its
+  // own wait (the router has completed by then).
   int expert = 0, row_begin = 0, rows = 0;
   bool shared_tile = false;
   if (p.mode == GemmMode::kDense) {
-    pdl_launch_dependents();
     row_begin = z * T::kBM;
     rows = min(T::kBM, p.m - row_begin);
   } else if (z < p.n_shared_tiles) {
-    pdl_launch_dependents();
     shared_tile = true;
     expert = p.shared_expert;
     row_begin = p.shared_row0 + z * T::kBM;
     rows = min(T::kBM, p.m - z * T::kBM);
   } else {
     if (p.mode == GemmMode::kMoeUp) pdl_wait();
-    pdl_launch_dependents();
     const int t = z - p.n_shared_tiles;
     if (t >= __ldcg(p.n_tiles)) return;  // fixed grid for a batch size; fewer tiles this step
     const int4 tile = __ldcg(p.tiles + t);
@@ -143,7 +140,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
 
   // A depends on the previous kernel (dense: x; down: act). The gate/up GEMM's routed blocks
   // waited above; its shared-expert blocks read only x, which is complete because the router
-  // (the previous kernel) triggers its dependents only after its own wait.
+  // (the previous kernel) lets its dependents launch only after its own wait.
   if (p.mode != GemmMode::kMoeUp) pdl_wait();
   if (tid < rows) {
     int64_t arow = row_begin + tid;

@@ -105,7 +105,7 @@ bool fits_workspace(const GemmLaunch& l, const GemmConfigInfo& ci, size_t partia
   return l.splits == 1 || (tiles <= size_t(n_counters) && tiles * l.splits * ci.block_m * ci.block_n <= partial_floats);
 }
 
-// The fastest launch of the H200 lab sweep (bench/results) for the Flash shapes, by batch size:
+// The fastest launch of the H200 lab sweeps (bench/results) for the Flash shapes, by batch size:
 // rows up to m_max use it. GPUs with fewer SMs than that sweep (RTX 3090) use the model.
 struct MeasuredDecode {
   int n, k, m_max;
@@ -115,29 +115,35 @@ struct MeasuredDecode {
 constexpr MeasuredDecode kMeasured[] = {
     {32768, 1024, 8, GemmConfig::kD16N256, 1, 4},   // wq_b
     {32768, 1024, 16, GemmConfig::kD16N256, 1, 3},
-    {32768, 1024, 32, GemmConfig::kD32N256, 1, 2},
+    {32768, 1024, 32, GemmConfig::kD16N256, 1, 2},
     {4096, 8192, 8, GemmConfig::kD16N256, 16, 2},   // wo_b
     {4096, 8192, 16, GemmConfig::kD16N128, 8, 2},
-    {4096, 8192, 32, GemmConfig::kD32N128, 4, 2},
+    {4096, 8192, 32, GemmConfig::kD16N256, 4, 2},
     {1024, 4096, 8, GemmConfig::kD16N256, 16, 4},   // wq_a
     {1024, 4096, 16, GemmConfig::kD16N64, 8, 3},
+    {1024, 4096, 32, GemmConfig::kD16N64, 8, 2},
     {512, 4096, 8, GemmConfig::kD16N128, 16, 4},    // wkv: as wq_a, 64 blocks of 2 groups
     {4096, 2048, 8, GemmConfig::kD16N64, 1, 4},     // w2, shared expert down
     {4096, 2048, 16, GemmConfig::kD16N64, 4, 2},
+    {4096, 2048, 32, GemmConfig::kD16N128, 4, 2},
     {4096, 4096, 8, GemmConfig::kD16N128, 4, 4},    // w13 gate/up
     {4096, 4096, 16, GemmConfig::kD16N64, 4, 2},
+    {4096, 4096, 32, GemmConfig::kD16N128, 4, 2},
 };
 constexpr int kMeasuredMinSms = 120;
 }  // namespace
 
-Result<GemmLaunch> choose_decode_launch(int row_blocks, int tile_rows, int n, int k, double weight_bytes,
-                                        const DeviceInfo& dev, size_t partial_floats, int n_counters) {
-  const bool wide = tile_rows > 16;
-  if (dev.n_sms >= kMeasuredMinSms && row_blocks == 1) {
+Result<GemmLaunch> choose_decode_launch(int m, int n, int k, double weight_bytes, const DeviceInfo& dev,
+                                        size_t partial_floats, int n_counters) {
+  // 17..32 rows run as two 16-row tiles, each streaming the weights (the second stream mostly
+  // hits L2): the H200 lab measured that faster than the 32-row configurations on every Flash
+  // shape (M = 32: wq_a 7.3 vs 13.1 us, w2 8.9 vs 13.6, w13 12.7 vs 19.8, wo_b 19.5 vs 21.8,
+  // wq_b 14.4 vs 14.5), whose doubled accumulators halve the blocks per SM.
+  const int row_blocks = (m + 15) / 16, tile_rows = std::min(m, 16);
+  if (dev.n_sms >= kMeasuredMinSms) {
     for (const MeasuredDecode& t : kMeasured) {
-      if (t.n != n || t.k != k || tile_rows > t.m_max) continue;
+      if (t.n != n || t.k != k || m > t.m_max) continue;
       DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(t.cfg));
-      if (ci.block_m < tile_rows) continue;
       GemmLaunch l;
       l.cfg = t.cfg;
       l.splits = t.splits;
@@ -150,19 +156,16 @@ Result<GemmLaunch> choose_decode_launch(int row_blocks, int tile_rows, int n, in
     }
   }
   // Wider tiles first: at equal cost they re-read A (from L2) fewer times.
-  static constexpr GemmConfig k16[] = {GemmConfig::kD16N256, GemmConfig::kD16N128, GemmConfig::kD16N64};
-  static constexpr GemmConfig k32[] = {GemmConfig::kD32N256, GemmConfig::kD32N128};
-  const GemmConfig* cands = wide ? k32 : k16;
-  const int n_cands = wide ? 2 : 3;
+  static constexpr GemmConfig kCands[] = {GemmConfig::kD16N256, GemmConfig::kD16N128, GemmConfig::kD16N64};
   const int kg = k / 128;
   GemmLaunch best;
   double best_cost = 0;
   bool have = false;
-  for (int c = 0; c < n_cands; ++c) {
-    DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(cands[c]));
+  for (const GemmConfig cfg : kCands) {
+    DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(cfg));
     for (int s = 1; s <= std::min(kg, 32); ++s) {
       GemmLaunch l;
-      l.cfg = cands[c];
+      l.cfg = cfg;
       l.splits = s;
       if (!complete_launch(&l, ci, row_blocks, tile_rows, n, k, dev) || !fits_workspace(l, ci, partial_floats, n_counters))
         continue;
@@ -174,7 +177,7 @@ Result<GemmLaunch> choose_decode_launch(int row_blocks, int tile_rows, int n, in
       }
     }
   }
-  if (!have) return unimplemented("w4a16 decode GEMM: no configuration fits N={} K={} rows={}", n, k, tile_rows);
+  if (!have) return unimplemented("w4a16 decode GEMM: no configuration fits N={} K={} rows={}", n, k, m);
   best.pdl = pdl_supported(dev);
   return best;
 }
@@ -272,7 +275,7 @@ Result<GemmLaunch> plan_dense_launch(int m, int n, int k, const W4A16WorkspaceVi
     return invalid_argument("w4a16 GEMM: need M >= 1, N % 64 == 0, K % 128 == 0; got M={} N={} K={}", m, n, k);
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
   const double weight_bytes = double(w4a16_qweight_bytes(n, k) + w4a16_scales_bytes(n, k));
-  if (m <= 32) return choose_decode_launch(1, m, n, k, weight_bytes, *dev, ws.partial_floats, ws.n_counters);
+  if (m <= 32) return choose_decode_launch(m, n, k, weight_bytes, *dev, ws.partial_floats, ws.n_counters);
   GemmConfig cfg = choose_tiled_config(m);
   // 128-row tiles of a narrow N give too few blocks (wo_b at M = 256: 32); below half the SMs,
   // 64-row tiles, which can also split K, are faster (H200: 168 vs 232 us there; at 128 blocks,

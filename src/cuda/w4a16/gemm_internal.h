@@ -129,12 +129,11 @@ struct GemmLaunch {
 bool complete_launch(GemmLaunch* l, const GemmConfigInfo& ci, int row_blocks, int tile_rows, int n, int k,
                      const DeviceInfo& dev);
 
-// The heuristics, in one place. Decode (rows <= 32 per tile): pick configuration, split-K and
-// ring depth for `row_blocks` row tiles of at most `tile_rows` rows each (dense: one tile per 16
-// or 32 rows; MoE: the expected tiles), n columns, k; weight_bytes are the bytes to stream.
-// Tiled: config from rows, then choose_splits.
-Result<GemmLaunch> choose_decode_launch(int row_blocks, int tile_rows, int n, int k, double weight_bytes,
-                                        const DeviceInfo& dev, size_t partial_floats, int n_counters);
+// The heuristics, in one place. Decode (dense, m <= 32 rows): pick configuration, split-K and
+// ring depth for 16-row tiles (one tile up to 16 rows, two up to 32), n columns, k;
+// weight_bytes are the bytes to stream. Tiled: config from rows, then choose_splits.
+Result<GemmLaunch> choose_decode_launch(int m, int n, int k, double weight_bytes, const DeviceInfo& dev,
+                                        size_t partial_floats, int n_counters);
 // The MoE GEMMs' decode launch (block_m 16 or 32, grid.z = max_tiles tiles).
 Result<GemmLaunch> choose_moe_decode_launch(int block_m, int max_tiles, int tile_rows, int n, int k, bool gate_up,
                                             const DeviceInfo& dev, size_t partial_floats, int n_counters);

@@ -74,12 +74,11 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
   const int nb = blockIdx.x, split = blockIdx.y, z = blockIdx.z;
   const int n_tiles64 = p.n >> 6, kg = p.k >> 7;
 
-  // PDL: let the next kernel be scheduled once all our blocks run. A dense GEMM's weights do not
-  // depend on the previous kernel, so their first stages are requested before waiting for it;
-  // the MoE GEMMs wait first (the gate/up GEMM needs the router's tiles, and it triggers only
-  // after that wait: the down GEMM may then read the tile list early, see decode_kernel.cuh).
+  // PDL: a dense GEMM's weights do not depend on the previous kernel, so their first stages are
+  // requested before waiting for it; the MoE GEMMs wait first (the gate/up GEMM needs the
+  // router's tiles; its dependents launch only after that wait, so the down GEMM may read the
+  // tile list early, see decode_kernel.cuh).
   if (p.mode != GemmMode::kDense) pdl_wait();
-  pdl_launch_dependents();
 
   // Which rows this block owns: dense row blocks; MoE: the shared expert's static tiles first
   // (GemmKernelArgs), then the router's tiles. NOTE: the router's outputs are read with plain
