@@ -93,7 +93,11 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   } else {
     if (p.mode == GemmMode::kMoeUp) pdl_wait();
     const int t = z - p.n_shared_tiles;
-    if (t >= __ldcg(p.n_tiles)) return;  // fixed grid for a batch size; fewer tiles this step
+    // Fixed grid for a batch size; fewer tiles this step. In the down GEMM these blocks exit
+    // without waiting (waiting would park them on SMs the running gate/up GEMM needs): the grid
+    // still completes only after its predecessor because the shared-expert tiles (always at
+    // least one: m >= 1) do wait.
+    if (t >= __ldcg(p.n_tiles)) return;
     const int4 tile = __ldcg(p.tiles + t);
     expert = tile.x;
     row_begin = tile.y;
