@@ -8,7 +8,8 @@
 // the experts the step actually selected, the LM head, the KV entries attention and the indexer
 // read) over the copy bandwidth measured in the same run. Results print and go to JSON.
 // --pdl off launches every kernel plainly (cuda::set_pdl_enabled), to measure what programmatic
-// dependent launch gives on SM90.
+// dependent launch gives on SM90; --attention-head-groups 1|4 forces one sparse attention kernel
+// variant for every batch size (the plan switches at n_tokens x 4 head groups > n_sms).
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -39,6 +40,7 @@ struct BenchArgs {
   std::vector<std::string> layer_types;  // synthetic: per-layer swa|csa|hca (default: Flash's pattern)
   std::string dense_decode = "none";     // GpuModelOptions::dense_decode
   std::string pdl = "on";                // on | off: cuda::set_pdl_enabled, before the model loads
+  int attention_head_groups = 0;         // GpuModelOptions::attention_head_groups
   int layers = 20;
   std::vector<int> batches = {1, 32};
   std::vector<int64_t> contexts = {4096};
@@ -174,6 +176,7 @@ int run_bench(const BenchArgs& a) {
   o.n_kv_blocks = int(ctx_blocks * max_b);
   o.graph_batch_sizes = a.batches;
   o.dense_decode = a.dense_decode;
+  o.attention_head_groups = a.attention_head_groups;
   std::sort(o.graph_batch_sizes.begin(), o.graph_batch_sizes.end());
   const auto t_load = Clock::now();
   auto model = gpu::GpuModel::load(*cfg, *weights, o);
@@ -185,9 +188,10 @@ int run_bench(const BenchArgs& a) {
   if (!bw.is_ok()) return fail(bw.status());
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s, pdl {}\n",
+  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s, pdl {}, attention head groups {}\n",
              a.model.empty() ? "synthetic flash" : a.model, cfg->n_layers, cfg->vocab_size,
-             fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw, a.pdl);
+             fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw, a.pdl,
+             a.attention_head_groups == 0 ? std::string("auto") : std::to_string(a.attention_head_groups));
 
   json out;
   out["date"] = "";
@@ -203,6 +207,7 @@ int run_bench(const BenchArgs& a) {
   out["model"] = a.model.empty() ? fmt::format("synthetic flash, {} layers", cfg->n_layers) : a.model;
   out["dense_decode"] = a.dense_decode;
   out["pdl"] = a.pdl;
+  out["attention_head_groups"] = a.attention_head_groups;
   out["copy_bandwidth_gbs"] = *bw;
   out["device_bytes"] = m.device_bytes();
   json& runs = out["runs"];
@@ -336,6 +341,9 @@ void register_bench(CLI::App& app, int& exit_code) {
                   "on the dense decode kernel instead of cuBLAS")->capture_default_str();
   cmd->add_option("--pdl", a->pdl, "on | off: programmatic dependent launch of the step kernels (SM90; off: plain "
                   "launches, for A/B runs)")->capture_default_str();
+  cmd->add_option("--attention-head-groups", a->attention_head_groups,
+                  "0 | 1 | 4: sparse attention blocks of 1 or 4 groups of 16 heads (0: the plan picks by batch size)")
+      ->capture_default_str();
   cmd->add_option("--out", a->out, "JSON result file");
   cmd->add_option("--commit", a->commit, "commit recorded in the JSON");
   cmd->add_option("--command", a->command, "command line recorded in the JSON");

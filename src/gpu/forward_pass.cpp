@@ -152,6 +152,7 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   ap.sink = L.sink;
   ap.inv_freq = L.inv_freq;
   ap.topk = c.index_topk;
+  ap.head_groups = attention_head_groups_;
   mark(StepCategory::kAttention);
   DSV4_RETURN_IF_ERROR(
       cuda::sparse_attention(b, a_.q, kv.view, csa ? a_.selected : nullptr, ap, ws_.attention, a_.o, stream_));

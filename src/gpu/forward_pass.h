@@ -62,9 +62,10 @@ struct TraceSink {
 
 class ForwardPass {
  public:
+  // attention_head_groups: GpuModelOptions::attention_head_groups (0: the plan picks).
   ForwardPass(const ModelConfig& cfg, const DeviceModelWeights& w, const KvState& kv, const Activations& a,
-              Workspaces& ws, cudaStream_t stream)
-      : cfg_(cfg), w_(w), kv_(kv), a_(a), ws_(ws), stream_(stream) {}
+              Workspaces& ws, cudaStream_t stream, int attention_head_groups = 0)
+      : cfg_(cfg), w_(w), kv_(kv), a_(a), ws_(ws), stream_(stream), attention_head_groups_(attention_head_groups) {}
 
   // Embedding, then every layer. b: the step on the device (step_batch.h).
   Status layers(const cuda::StepBatchView& b, TraceSink* trace) const;
@@ -89,6 +90,7 @@ class ForwardPass {
   const Activations& a_;
   Workspaces& ws_;
   cudaStream_t stream_;
+  int attention_head_groups_ = 0;
   StepProfiler* prof_ = nullptr;
 };
 

@@ -197,6 +197,9 @@ struct GpuModel::Impl {
     DSV4_ASSIGN_OR_RETURN(ws.attention, cuda::AttentionWorkspace::create(T, c.n_heads, c.head_dim));
     arena.account(ws.attention.bytes(), cat);
     DSV4_ASSIGN_OR_RETURN(void* blas_ws, arena.alloc(kBlasWorkspaceBytes, cat, "the cuBLAS workspace"));
+    if (opts.attention_head_groups != 0 && opts.attention_head_groups != 1 && opts.attention_head_groups != 4)
+      return invalid_argument("attention_head_groups must be 0 (the plan picks), 1 or 4, found {}",
+                              opts.attention_head_groups);
     const std::string& dd = opts.dense_decode;
     if (dd != "none" && dd != "woa" && dd != "proj" && dd != "woa,proj")
       return invalid_argument("dense_decode must be none, woa, proj or woa,proj, found '{}'", dd);
@@ -272,7 +275,7 @@ struct GpuModel::Impl {
         kv_state_sizes(cfg, w.layers, opts.max_seqs, opts.max_tokens_per_step, opts.n_kv_blocks);
     DSV4_ASSIGN_OR_RETURN(kv, create_kv_state(cfg, w.layers, kv_sizes, arena));
     slot_next_pos.assign(size_t(opts.max_seqs), 0);
-    pass = std::make_unique<ForwardPass>(cfg, w, kv, act, ws, so.stream);
+    pass = std::make_unique<ForwardPass>(cfg, w, kv, act, ws, so.stream, opts.attention_head_groups);
     DSV4_RETURN_IF_ERROR(prof.init());
     DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(so.stream), "load"));
     for (int s : opts.graph_batch_sizes)

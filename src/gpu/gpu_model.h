@@ -30,6 +30,9 @@ struct GpuModelOptions {
   // Decode batches (<= 32 rows) of these dense BF16 linears on the dense decode kernel instead of
   // cuBLAS: "none", "woa" (grouped wo_a), "proj" (compressor/indexer projections), "woa,proj".
   std::string dense_decode = "none";
+  // Sparse attention blocks of 1 or 4 groups of 16 heads for every batch; 0: the plan picks by
+  // batch size (for A/B runs: `dsv4 bench --attention-head-groups`).
+  int attention_head_groups = 0;
 };
 
 // One sequence's part of a step (host memory; the model copies it to its static device buffers).

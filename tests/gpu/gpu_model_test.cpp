@@ -585,6 +585,14 @@ TEST(GpuModel, LoadErrors) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("graph batch size 9"), std::string::npos) << r.status().to_string();
 
+  o = test_options();
+  o.attention_head_groups = 2;
+  r = GpuModel::load(s.cfg, *s.w, o);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("attention_head_groups must be 0 (the plan picks), 1 or 4, found 2"),
+            std::string::npos)
+      << r.status().to_string();
+
   LinearWeight& wq_a = s.w->layers[0].attn.wq_a;
   const WeightFormat saved = wq_a.format;
   wq_a.format = WeightFormat::kFp8Block;

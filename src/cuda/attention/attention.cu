@@ -28,7 +28,9 @@ Result<AttentionWorkspace> AttentionWorkspace::create(int max_tokens, int n_head
 
 Status sparse_attention(const StepBatchView& b, const __nv_bfloat16* q, const LayerKvView& kv, const int32_t* selected,
                         const AttentionParams& p, AttentionWorkspace& ws, __nv_bfloat16* o, cudaStream_t stream) {
-  return sparse_attention_diagnostic(b, q, kv, selected, p, ws, o, stream, AttentionDiagnosticLaunch{});
+  AttentionDiagnosticLaunch launch;
+  launch.head_groups = p.head_groups;
+  return sparse_attention_diagnostic(b, q, kv, selected, p, ws, o, stream, launch);
 }
 
 namespace attention_detail {

@@ -31,6 +31,9 @@ struct AttentionParams {
   const float* sink = nullptr;      // f32 [H]
   const float* inv_freq = nullptr;  // f32 [rope_dim / 2], the layer's rope (inverse rotation)
   int topk = 512;                   // row stride of `selected` (CSA)
+  // Blocks of 1 or 4 groups of 16 heads; 0: the plan's pick (attention_plan.h). An explicit model
+  // option (GpuModelOptions::attention_head_groups) for A/B runs of the two kernel variants.
+  int head_groups = 0;
 };
 
 // Split-softmax scratch, sized once for the largest step.
