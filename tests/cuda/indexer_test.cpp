@@ -318,6 +318,60 @@ TEST(CudaIndexer, TopkTiming) {
   }
 }
 
+// How the batch-1 time at 65536 keys depends on the split count per row (64 = the default, 32,
+// 16, 8, 1). Printed for the next tuning round; asserts that every split count selects the same
+// set.
+TEST(CudaIndexer, TopkSplitSweep) {
+  DSV4_SKIP_WITHOUT_GPU();
+  KeyPool& kp = keys();
+  constexpr int64_t kVis = 65536;
+  std::mt19937_64 rng(11);
+  std::vector<float> q(size_t(kHeads) * kDim), w(size_t(kHeads), 0.01f);
+  for (int h = 0; h < kHeads; ++h) random_fp4_vector(rng, -2, 0, &q[size_t(h) * kDim]);
+  const std::vector<int32_t> token_seq(1, 0), token_pos(1, int32_t(4 * kVis - 1));
+  DeviceBuffer d_ts = upload_vector(token_seq), d_tp = upload_vector(token_pos), d_bt = upload_vector(kp.blocks[0]);
+  DeviceBuffer d_q = upload_vector(to_bf16(q)), d_w = upload_vector(w), d_sel = device_alloc(size_t(kTopk) * 4);
+  StepBatchView b;
+  b.n_tokens = 1;
+  b.n_seqs = 1;
+  b.token_seq = d_ts.as<int32_t>();
+  b.token_pos = d_tp.as<int32_t>();
+  b.block_table = d_bt.as<int32_t>();
+  b.max_blocks = kp.max_blocks;
+  LayerKvView kv;
+  kv.index_keys = kp.pool.as<uint8_t>();
+  kv.ratio = kRatio;
+  std::vector<int32_t> first;
+  auto ws = IndexerWorkspace::create(64, 4 * kVis, kRatio, kTopk);
+  ASSERT_TRUE(ws.is_ok());
+  for (int splits : {64, 32, 16, 8, 1}) {
+    auto launch = [&] {
+      return indexer_topk(b, d_q.as<__nv_bfloat16>(), d_w.as<float>(), kHeads, kv, kTopk, *ws, d_sel.as<int32_t>(),
+                          nullptr, splits);
+    };
+    DSV4_ASSERT_OK(launch());
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    std::vector<int32_t> sel = download<int32_t>(d_sel.get(), size_t(kTopk));
+    std::sort(sel.begin(), sel.end());
+    if (first.empty()) first = sel;
+    EXPECT_EQ(sel, first) << splits << " splits per row select a different set";
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    constexpr int kIters = 20;
+    cudaEventRecord(e0);
+    for (int i = 0; i < kIters; ++i) DSV4_ASSERT_OK(launch());
+    cudaEventRecord(e1);
+    DSV4_ASSERT_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    std::printf("[topk split sweep] 1 row x %lld keys, %d splits: %.1f us per call\n", (long long)kVis, splits,
+                1000.0 * ms / kIters);
+  }
+}
+
 TEST(CudaIndexer, WeightsBitExact) {
   DSV4_SKIP_WITHOUT_GPU();
   constexpr int T = 7, ld = kHeads + 5;
@@ -428,6 +482,8 @@ TEST(CudaIndexer, RejectsBadArguments) {
   EXPECT_FALSE(indexer_topk(b, nullptr, nullptr, 40, kv, kTopk, *ws, &sel, nullptr).is_ok());  // heads % 16
   kv.index_key_bytes = 72;
   EXPECT_FALSE(indexer_topk(b, nullptr, nullptr, kHeads, kv, kTopk, *ws, &sel, nullptr).is_ok());
+  const Status neg = indexer_topk(b, nullptr, nullptr, kHeads, kv, kTopk, *ws, &sel, nullptr, -1);
+  EXPECT_NE(neg.message().find("max_splits -1 < 0"), std::string::npos) << neg.to_string();
   EXPECT_FALSE(indexer_prepare_q(nullptr, 1, kHeads, 64, kRope, nullptr, nullptr, nullptr).is_ok());
 }
 

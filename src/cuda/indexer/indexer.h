@@ -53,7 +53,10 @@ class IndexerWorkspace {
 
 // selected: i32 [n_tokens][topk], highest score first, -1 after the n_vis-th. Padding rows get -1.
 // qi prepared, w from indexer_weights; kv.index_keys / ratio / index_dim / index_key_bytes used.
+// max_splits > 0 caps the splits per row (tests and tuning sweeps; the result does not depend
+// on it).
 Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float* w, int n_heads,
-                    const LayerKvView& kv, int topk, IndexerWorkspace& ws, int32_t* selected, cudaStream_t stream);
+                    const LayerKvView& kv, int topk, IndexerWorkspace& ws, int32_t* selected, cudaStream_t stream,
+                    int max_splits = 0);
 
 }  // namespace dsv4::cuda

@@ -355,7 +355,9 @@ Result<IndexerWorkspace> IndexerWorkspace::create(int max_tokens, int64_t max_po
 }
 
 Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float* w, int n_heads,
-                    const LayerKvView& kv, int topk, IndexerWorkspace& ws, int32_t* selected, cudaStream_t stream) {
+                    const LayerKvView& kv, int topk, IndexerWorkspace& ws, int32_t* selected, cudaStream_t stream,
+                    int max_splits) {
+  if (max_splits < 0) return invalid_argument("indexer_topk: max_splits {} < 0", max_splits);
   if (b.n_tokens < 0 || b.n_tokens > ws.max_tokens())
     return invalid_argument("indexer_topk: n_tokens {} outside 0..{} (workspace size)", b.n_tokens, ws.max_tokens());
   if (n_heads < 16 || n_heads > kMaxHeads || n_heads % 16 != 0)
@@ -374,7 +376,8 @@ Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float
   if (!aligned(qi, 16) || !aligned(kv.index_keys, 4))
     return invalid_argument("indexer_topk: qi must be 16-byte and index_keys 4-byte aligned");
 
-  const int n_splits = launch_splits(b.n_tokens, workspace_slots(ws));
+  int n_splits = launch_splits(b.n_tokens, workspace_slots(ws));
+  if (max_splits > 0) n_splits = std::min(n_splits, max_splits);
   const size_t slots = size_t(ws.max_tokens()) * size_t(ws.n_splits());
   TopkArgs g;
   g.b = b;
