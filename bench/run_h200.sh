@@ -95,7 +95,7 @@ if has prof; then
 fi
 if has lab; then
   $BIN/w4a16_bench --lab --no-dense --moe-ms 1 ${LAB_ARGS:-} --out "$OUT/lab.json" --commit "$COMMIT" > "$OUT/lab.log" 2>&1
-  echo "lab rc=$?"; grep -E "^lab .* \*$|^moe " "$OUT/lab.log" | head -40
+  echo "lab rc=$?"; grep -E "^lab .* \*$|^moe |breakdown" "$OUT/lab.log" | head -40
   # the fastest launches per shape and M
   python3 -c "
 import re, sys

@@ -347,7 +347,8 @@ json bench_moe(Ctx& c, const std::vector<int>& ms, const std::vector<int>& lab_m
     w.shared_w2 = {L.sh2q.as<uint32_t>(), L.sh2s.as<__half>(), H, I};
     return w;
   };
-  const int max_m = *std::max_element(ms.begin(), ms.end());
+  int max_m = *std::max_element(ms.begin(), ms.end());
+  for (int m : lab_ms) max_m = std::max(max_m, m);
   auto wsr = MoeWorkspace::create(max_m);
   CKS(wsr.status());
   MoeWorkspace ws = std::move(wsr).value();
@@ -407,46 +408,75 @@ json bench_moe(Ctx& c, const std::vector<int>& ms, const std::vector<int>& lab_m
                 m, us, gbs, 100.0 * gbs / c.copy_gbs, flops / (us * 1e-6) / 1e12, rows_pe, blas_us,
                 blas_flops / (blas_us * 1e-6) / 1e12);
     std::fflush(stdout);
-    rows.push_back(r);
-  }
-  // Lab: forced launches of the two GEMMs (gate/up swept with down fixed, then down with the
-  // best gate/up), for the decode heuristics.
-  for (int m : lab_ms) {
-    auto time_with = [&](const MoeDiagnosticLaunches& d) {
-      MoeArgs a0{xs[0].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
-      if (!moe_forward(weights(0), a0, ws, c.s, &d).is_ok()) return -1.0;
-      CK(cudaStreamSynchronize(c.s));
-      return time_graph(c.s, kInputs * 2, [&](int i) {
+    // Where the time goes: the router alone, router + gate/up, the whole layer (graphs of the
+    // same chain, so differences include the PDL overlap between the launches).
+    json parts = json::array();
+    for (int launches : {1, 2}) {
+      MoeDiagnosticLaunches d;
+      d.launches = launches;
+      d.force_configs = false;
+      const double part_us = time_graph(c.s, kInputs * 2, [&](int i) {
         MoeArgs a{xs[size_t(i % kInputs)].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
         CKS(moe_forward(weights(i % kLayers), a, ws, c.s, &d));
       });
-    };
-    MoeDiagnosticLaunches best{1, 1, 2, 1, 1, 2};
-    double best_us = 1e30;
-    for (int pass = 0; pass < 2; ++pass)
-      for (int cfg = 0; cfg < 3; ++cfg)
-        for (int splits : {1, 2})
-          for (int stages : {2, 3, 4}) {
-            MoeDiagnosticLaunches d = best;
-            if (pass == 0) d = {cfg, splits, stages, 1, 1, 2};
-            else d = {best.up_config, best.up_splits, best.up_stages, cfg, splits, stages};
-            const double us = time_with(d);
-            if (us < 0) continue;
-            std::printf("lab moe M=%-3d up %-8s S=%d st=%d down %-8s S=%d st=%d %8.2f us\n", m,
-                        w4a16_config_name(d.up_config), d.up_splits, d.up_stages, w4a16_config_name(d.down_config),
-                        d.down_splits, d.down_stages, us);
-            std::fflush(stdout);
-            lab_rows->push_back(
-                {{"m", m},
-                 {"up", {w4a16_config_name(d.up_config), d.up_splits, d.up_stages}},
-                 {"down", {w4a16_config_name(d.down_config), d.down_splits, d.down_stages}},
-                 {"us", us}});
-            if (us < best_us) {
-              best_us = us;
-              best = d;
-            }
-          }
+      parts.push_back(part_us);
+    }
+    std::printf("moe        M=%-5d breakdown: router %.2f us, + gate/up %.2f us, + down %.2f us\n", m, parts[0].get<double>(),
+                parts[1].get<double>() - parts[0].get<double>(), us - parts[1].get<double>());
+    r["router_us"] = parts[0];
+    r["router_gate_up_us"] = parts[1];
+    rows.push_back(r);
   }
+  // Lab: forced launches of the two GEMMs (gate/up swept with down fixed, then down with the
+  // best gate/up), for each router tile height a decode batch may use, for the decode heuristics.
+  for (int m : lab_ms)
+    for (int rows : {4, 16}) {
+      if (rows == 4 && m * K > E) continue;  // 4-row tiles only while an expert expects <= 1 row
+      auto time_with = [&](const MoeDiagnosticLaunches& d) {
+        MoeArgs a0{xs[0].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
+        if (!moe_forward(weights(0), a0, ws, c.s, &d).is_ok()) return -1.0;
+        CK(cudaStreamSynchronize(c.s));
+        return time_graph(c.s, kInputs * 2, [&](int i) {
+          MoeArgs a{xs[size_t(i % kInputs)].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
+          CKS(moe_forward(weights(i % kLayers), a, ws, c.s, &d));
+        });
+      };
+      MoeDiagnosticLaunches best{1, 1, 2, 1, 1, 2, rows};
+      double best_us = 1e30;
+      for (int pass = 0; pass < 2; ++pass)
+        for (int cfg = 0; cfg < 3; ++cfg)
+          for (int splits : {1, 2})
+            for (int stages : {2, 3, 4}) {
+              MoeDiagnosticLaunches d = best;
+              if (pass == 0) d = {cfg, splits, stages, 1, 1, 2, rows};
+              else d = {best.up_config, best.up_splits, best.up_stages, cfg, splits, stages, rows};
+              const double us = time_with(d);
+              if (us < 0) continue;
+              std::printf("lab moe M=%-3d rows=%-2d up %-8s S=%d st=%d down %-8s S=%d st=%d %8.2f us\n", m, rows,
+                          w4a16_config_name(d.up_config), d.up_splits, d.up_stages, w4a16_config_name(d.down_config),
+                          d.down_splits, d.down_stages, us);
+              std::fflush(stdout);
+              lab_rows->push_back(
+                  {{"m", m},
+                   {"block_rows", rows},
+                   {"up", {w4a16_config_name(d.up_config), d.up_splits, d.up_stages}},
+                   {"down", {w4a16_config_name(d.down_config), d.down_splits, d.down_stages}},
+                   {"us", us}});
+              if (us < best_us) {
+                best_us = us;
+                best = d;
+              }
+            }
+      // Where the best launch's time goes: the router alone, router + gate/up, the whole layer
+      // (each a graph of the same chain, so the differences include the PDL overlap).
+      for (int launches : {1, 2, 3}) {
+        MoeDiagnosticLaunches d = best;
+        d.launches = launches;
+        const double us = time_with(d);
+        std::printf("lab moe M=%-3d rows=%-2d breakdown launches=%d %8.2f us\n", m, rows, launches, us);
+        lab_rows->push_back({{"m", m}, {"block_rows", rows}, {"breakdown_launches", launches}, {"us", us}});
+      }
+    }
   return rows;
 }
 
@@ -481,6 +511,7 @@ int main(int argc, char** argv) {
     else if (a == "--lab-ms" && i + 1 < argc) lab_ms = parse_list(argv[++i]);
     else if (a == "--ms" && i + 1 < argc) ms_arg = parse_list(argv[++i]);
     else if (a == "--moe-ms" && i + 1 < argc) moe_ms_arg = parse_list(argv[++i]);
+    else if (a == "--moe-lab-ms" && i + 1 < argc) moe_lab_ms = parse_list(argv[++i]);
     else if (a == "--shapes" && i + 1 < argc) {
       only_shapes = ",";
       only_shapes += argv[++i];
@@ -489,7 +520,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s [--out FILE] [--commit SHA] [--command STR] [--quick] [--profile] [--no-moe] [--no-dense]\n"
-                   "          [--lab] [--lab-ms 1,16,32] [--ms 1,16,..] [--moe-ms 1,..] [--shapes wq_b,wo_b,..]\n",
+                   "          [--lab] [--lab-ms 1,16,32] [--moe-lab-ms 1,..] [--ms 1,16,..] [--moe-ms 1,..]\n"
+                   "          [--shapes wq_b,wo_b,..]\n",
                    argv[0]);
       return 2;
     }

@@ -437,7 +437,9 @@ TEST(AttentionPlan, SplitsFillTheGpuWithinBounds) {
   plan_is(ad::choose_plan(1, 64, csa, 132), 1, 4, csa / ad::kMinKeysPerSplitGroup);
   plan_is(ad::choose_plan(1, 64, hca, 132), 1, 4, ad::kMaxSplits);
   plan_is(ad::choose_plan(1, 64, kW, 132), 1, 4, kW / ad::kMinKeysPerSplitGroup);
-  plan_is(ad::choose_plan(32, 64, csa, 132), 1, 4, 2);  // 2 x 132 blocks / (32 rows x 4 head blocks)
+  plan_is(ad::choose_plan(8, 64, csa, 132), 1, 4, 8);   // 2 x 132 blocks / (8 rows x 4 head blocks)
+  plan_is(ad::choose_plan(9, 64, csa, 132), 4, 1, csa / ad::kMinKeysPerSplit);  // 4 x 9 x 4 > 132
+  plan_is(ad::choose_plan(32, 64, csa, 132), 4, 1, 5);  // all heads per block, ceil(132 / 32)
   plan_is(ad::choose_plan(34, 64, csa, 132), 4, 1, 4);  // 136 > 132: all heads per block, ceil(132 / 34)
   plan_is(ad::choose_plan(132, 64, csa, 132), 4, 1, 1);
   plan_is(ad::choose_plan(4096, 64, hca, 132), 4, 1, 1);

@@ -417,6 +417,47 @@ TEST(MoeForwardDiagnostic, ForcedDecodeLaunchesMatchReference) {
   }
 }
 
+// Router tiles of 4 and 16 rows (the heuristic takes 4 while an expert expects at most one row)
+// give the same output, including the shared expert cut into 4-row tiles.
+TEST(MoeForwardDiagnostic, FourAndSixteenRowTilesMatchReference) {
+  DSV4_SKIP_WITHOUT_GPU();
+  MoeSetup& s = setup();
+  EXPECT_EQ(moe_block_rows(1, kTopK, 256), 4);
+  EXPECT_EQ(moe_block_rows(42, kTopK, 256), 4);
+  EXPECT_EQ(moe_block_rows(43, kTopK, 256), 16);
+  for (int m : {16, 37}) {
+    const std::vector<float> x = random_bf16_values(int64_t(m) * kHidden, 9400 + uint64_t(m), 1.0f);
+    const RunResult base = run_moe(s.weights(false), x, {}, m);
+    const auto routes = check_routing(base, x, {}, m, s.gate_h, s.bias_h.data(), "rows");
+    for (int rows : {4, 16}) {
+      // {up config, splits, stages, down config, splits, stages, block rows}; no split-K: the
+      // partials of 100+ tiles would not fit the 16 MB workspace (moe_forward refuses them).
+      for (const MoeDiagnosticLaunches& d : {MoeDiagnosticLaunches{2, 1, 2, 1, 1, 2, rows},
+                                             MoeDiagnosticLaunches{1, 1, 2, 2, 1, 2, rows}}) {
+        const RunResult r = run_moe(s.weights(false), x, {}, m, nullptr, &d);
+        char what[64];
+        std::snprintf(what, sizeof(what), "rows %d up %d/%d/%d", rows, d.up_config, d.up_splits, d.up_stages);
+        check_output(r, x, m, routes, what);
+        EXPECT_EQ(r.ids, base.ids) << what;
+      }
+    }
+  }
+  // 4-row tiles past 256 pairs would overrun the workspace's tile bound: refused, not run.
+  const int m = 43;
+  DeviceBuffer dx = upload_vector(to_bf16(random_bf16_values(int64_t(m) * kHidden, 9500, 1.0f)));
+  DeviceBuffer dy = device_alloc(size_t(m) * kLdy * 2);
+  MoeArgs a;
+  a.x = dx.as<__nv_bfloat16>();
+  a.ldx = kHidden;
+  a.m = m;
+  a.y = dy.as<__nv_bfloat16>();
+  a.ldy = kLdy;
+  const MoeDiagnosticLaunches d{2, 1, 2, 1, 1, 2, 4};
+  const Status st = moe_forward(s.weights(false), a, s.ws, nullptr, &d);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("4-row tiles"), std::string::npos) << st.to_string();
+}
+
 // Same inputs, same bits: eagerly twice and from a CUDA graph (fixed launch shapes, counters
 // that reset themselves, no host synchronization inside moe_forward).
 TEST(MoeForwardGraph, DeterministicAndReplayable) {

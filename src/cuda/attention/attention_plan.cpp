@@ -15,7 +15,11 @@ LaunchPlan choose_plan(int n_tokens, int n_heads, int expected_keys, int n_sms, 
   LaunchPlan p;
   const int groups = ceil_div(std::max(n_heads, 1), 16);
   n_sms = std::max(n_sms, 1);
-  const bool small = groups == 1 || int64_t(n_tokens) * groups <= n_sms;
+  // One-group blocks decode each key tile once per group; that pays only while all-heads blocks
+  // would leave most SMs idle. H200 A/B at 4K context (bench --attention-head-groups, 20 layers,
+  // bench/results/forward_h200.md): batch 1 0.54 vs 0.65 ms of attention per step with one
+  // group, batch 4 a tie, batch 8 0.70 vs 0.66, batch 16 0.94 vs 0.78, batch 32 1.38 vs 1.26.
+  const bool small = groups == 1 || int64_t(n_tokens) * groups * 4 <= n_sms;
   p.head_groups = force_head_groups != 0 ? force_head_groups : small ? 1 : 4;
   p.head_blocks = ceil_div(groups, p.head_groups);
   if (n_tokens < 1) return p;

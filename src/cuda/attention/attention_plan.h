@@ -48,7 +48,7 @@ struct LaunchPlan {
   int splits = 1;
 };
 
-// Small batches (n_tokens x ceil(H / 16) <= n_sms) and H <= 16: one group per block, all groups
+// Small batches (4 n_tokens x ceil(H / 16) <= n_sms) and H <= 16: one group per block, all groups
 // of a row in parallel, splits of >= kMinKeysPerSplitGroup keys up to kGroupBlocksPerSm blocks
 // per SM. Larger batches: all heads per block (the key tile is decoded once for them), splits as
 // before (enough blocks for one per SM, >= kMinKeysPerSplit keys each). force_head_groups (1 or

@@ -16,7 +16,7 @@ using namespace moe_detail;
 
 namespace {
 constexpr size_t kPartialBytes = size_t(16) << 20;
-constexpr int kBlockRows[] = {16, 32, 64, 128};  // block rows moe_forward may pick
+constexpr int kBlockRows[] = {4, 16, 32, 64, 128};  // block rows moe_forward may pick
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 }  // namespace
 
@@ -26,6 +26,11 @@ int moe_max_tiles(int m, int top_k, int n_experts, int block_m) {
   const int64_t pairs = int64_t(m) * top_k;
   const int64_t active = std::min<int64_t>(pairs, n_experts);
   return int((pairs + active * (block_m - 1)) / block_m + (m + block_m - 1) / block_m);
+}
+
+int moe_block_rows(int m, int top_k, int n_experts) {
+  const int rows_per_expert = int((int64_t(m) * top_k + n_experts - 1) / n_experts);
+  return rows_per_expert <= 1 ? 4 : rows_per_expert <= 16 ? 16 : rows_per_expert <= 32 ? 32 : rows_per_expert <= 64 ? 64 : 128;
 }
 
 size_t MoeWorkspace::bytes() const {
@@ -43,7 +48,13 @@ Result<MoeWorkspace> MoeWorkspace::create(int max_tokens, int hidden, int inter,
   ws.inter_ = inter;
   ws.n_experts_ = n_experts;
   ws.top_k_ = top_k;
-  for (int bm : kBlockRows) ws.max_tiles_ = std::max(ws.max_tiles_, moe_max_tiles(max_tokens, top_k, n_experts, bm));
+  // Any block rows a batch of up to max_tokens may use (the heuristic's, a diagnostic's, the
+  // fallback to 64), each at the largest batch that may use it: 4-row tiles only while an
+  // expert expects at most one row (the diagnostics force them no further).
+  for (int bm : kBlockRows) {
+    const int m_max = bm == 4 ? std::min(max_tokens, std::max(1, n_experts / top_k)) : max_tokens;
+    ws.max_tiles_ = std::max(ws.max_tiles_, moe_max_tiles(m_max, top_k, n_experts, bm));
+  }
   const size_t m = size_t(max_tokens), pairs = m * (top_k + 1);
   DSV4_ASSIGN_OR_RETURN(ws.logits_, DeviceBuffer::create(m * n_experts * 4));
   DSV4_ASSIGN_OR_RETURN(ws.topk_ids_, DeviceBuffer::create(m * top_k * 4));
@@ -105,11 +116,20 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   DSV4_RETURN_IF_ERROR(check_weight(w.shared_w2, hidden, inter, "shared_w2"));
 
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
-  // Block rows follow the expected rows per expert (decode: 1-2, so 16-row tiles of the decode
-  // kernels; up to 32 rows, 32-row decode tiles; beyond, the tiled kernels).
-  const int rows_per_expert = int((int64_t(m) * top_k + w.n_experts - 1) / w.n_experts);
-  int block_m = rows_per_expert <= 16 ? 16 : rows_per_expert <= 32 ? 32 : rows_per_expert <= 64 ? 64 : 128;
-  if (block_m <= 32 && diag == nullptr) {
+  // Block rows follow the expected rows per expert (decode: 4 or 16 rows of the 16-row decode
+  // tiles; up to 32 rows, 32-row decode tiles; beyond, the tiled kernels).
+  int block_m = moe_block_rows(m, top_k, w.n_experts);
+  if (diag != nullptr && diag->block_rows != 0) {
+    const int br = diag->block_rows;
+    if (br != 4 && br != 16 && br != 32 && br != 64 && br != 128)
+      return invalid_argument("moe_forward: diagnostic block rows {} not in 4, 16, 32, 64, 128", br);
+    if (br == 4 && int64_t(m) * top_k > w.n_experts)
+      return invalid_argument("moe_forward: diagnostic 4-row tiles need M top_k <= {} (the workspace's tile bound), got M={}",
+                              w.n_experts, m);
+    block_m = br;
+  }
+  const bool forced = diag != nullptr && diag->force_configs;
+  if (block_m <= 32 && !forced) {
     // Prefill chunks of a few hundred rows have hundreds of decode tiles; when the decode kernels'
     // A block plus split-K partials do not fit, the tiled kernels (64-row tiles) take the batch.
     const int tiles = moe_max_tiles(m, top_k, w.n_experts, block_m);
@@ -142,7 +162,9 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
       l.cfg = GemmConfig(f_cfg);
       l.splits = f_splits;
       l.stages = f_stages;
-      if (ci.block_m != block_m || !complete_launch(&l, ci, max_tiles, tile_rows, n, k, *dev))
+      // Decode configurations take any tile up to their rows; the tiled ones exactly theirs.
+      const bool rows_fit = ci.decode ? block_m <= ci.block_m : ci.block_m == block_m;
+      if (!rows_fit || !complete_launch(&l, ci, max_tiles, tile_rows, n, k, *dev))
         return invalid_argument("moe_forward: diagnostic launch {} splits {} stages {} does not fit (block rows {})",
                                 w4a16_config_name(f_cfg), f_splits, f_stages, block_m);
       l.pdl = pdl_supported(*dev);
@@ -163,9 +185,9 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
     return l;
   };
   const MoeDiagnosticLaunches d = diag != nullptr ? *diag : MoeDiagnosticLaunches{};
-  DSV4_ASSIGN_OR_RETURN(const GemmLaunch up, plan(2 * inter, hidden, routed_experts * up_bytes, true, diag != nullptr,
+  DSV4_ASSIGN_OR_RETURN(const GemmLaunch up, plan(2 * inter, hidden, routed_experts * up_bytes, true, forced,
                                                   d.up_config, d.up_splits, d.up_stages));
-  DSV4_ASSIGN_OR_RETURN(const GemmLaunch down, plan(hidden, inter, routed_experts * down_bytes, false, diag != nullptr,
+  DSV4_ASSIGN_OR_RETURN(const GemmLaunch down, plan(hidden, inter, routed_experts * down_bytes, false, forced,
                                                     d.down_config, d.down_splits, d.down_stages));
   for (const GemmLaunch* l : {&up, &down}) {
     DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(l->cfg));
@@ -197,12 +219,16 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   r.sorted_weight = ws.sorted_weight_.as<float>();
   r.token_pairs = ws.token_pairs_.as<int>();
   const bool pdl = pdl_supported(*dev);
+  const int launches = diag != nullptr ? diag->launches : 3;
+  if (launches < 1 || launches > 3) return invalid_argument("moe_forward: diagnostic launches {} not in 1..3", launches);
   DSV4_RETURN_IF_ERROR(launch_moe_route(r, stream, pdl));
+  if (launches == 1) return Status::ok();
 
   GemmKernelArgs g;
   g.m = m;
   g.n_shared_tiles = n_shared_tiles;
   g.shared_row0 = m * top_k;
+  g.shared_tile_rows = block_m;
   g.tiles = ws.tiles_.as<int4>();
   g.n_tiles = ws.n_tiles_;
   g.sorted_token = ws.sorted_token_.as<int>();
@@ -233,6 +259,7 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.a_rows = up.a_rows;
   g.a_groups = up.a_groups;
   DSV4_RETURN_IF_ERROR(launch_gemm(up.cfg, g, up.grid, up.smem, stream, up.pdl));
+  if (launches == 2) return Status::ok();
 
   // Down: act [pairs, inter] x [hidden, inter]^T -> down [pairs, hidden], combined into y.
   g.mode = GemmMode::kMoeDown;

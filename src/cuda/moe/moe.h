@@ -59,10 +59,14 @@ struct MoeArgs {
 
 // Diagnostics only (benchmark lab, tests): force the two GEMM launches instead of the heuristics'.
 // Configurations are w4a16_config_name indices; they must have the block rows the heuristic
-// picks for this batch (the router cuts tiles by it). stages 0: the launcher's default.
+// picks for this batch (the router cuts tiles by it), or (decode configurations) at least the
+// forced block_rows. stages 0: the launcher's default; block_rows 0: moe_block_rows().
 struct MoeDiagnosticLaunches {
   int up_config = 0, up_splits = 1, up_stages = 0;
   int down_config = 0, down_splits = 1, down_stages = 0;
+  int block_rows = 0;  // rows per (expert, row block) tile the router cuts: 4, 16, 32, 64 or 128
+  int launches = 3;    // benchmark breakdown: 1 = the router only, 2 = router + gate/up, 3 = all
+  bool force_configs = true;  // false: the heuristics' GEMM launches (for a breakdown of them)
 };
 
 // Everything moe_forward needs besides weights, sized for up to max_tokens rows. Created once
@@ -97,6 +101,12 @@ class MoeWorkspace {
 // Upper bound on the (expert, row block) tiles of a batch of m tokens: the grid depth of the MoE
 // GEMMs, fixed for a given m.
 int moe_max_tiles(int m, int top_k, int n_experts, int block_m);
+
+// Rows per (expert, row block) tile for a batch of m tokens, from the rows an expert expects
+// (m top_k / n_experts): 4 while that is at most 1 (decode batches up to 42 tokens: the decode
+// kernels stage only 4 A rows, so two blocks fit per SM), then 16, 32 (decode kernels), 64, 128
+// (tiled kernels). moe_forward may still move a decode batch to 64 when its launch does not fit.
+int moe_block_rows(int m, int top_k, int n_experts);
 
 Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws, cudaStream_t stream,
                    const MoeDiagnosticLaunches* diagnostic_launches = nullptr);

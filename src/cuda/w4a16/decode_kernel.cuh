@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   } else if (z < p.n_shared_tiles) {
     shared_tile = true;
     expert = p.shared_expert;
-    row_begin = p.shared_row0 + z * T::kBM;
-    rows = min(T::kBM, p.m - z * T::kBM);
+    row_begin = p.shared_row0 + z * p.shared_tile_rows;
+    rows = min(p.shared_tile_rows, p.m - z * p.shared_tile_rows);
   } else {
     if (p.mode == GemmMode::kMoeUp) pdl_wait();
     const int t = z - p.n_shared_tiles;

@@ -106,28 +106,33 @@ bool fits_workspace(const GemmLaunch& l, const GemmConfigInfo& ci, size_t partia
 }
 
 // The fastest launch of the H200 lab sweeps (bench/results) for the Flash shapes, by batch size:
-// rows up to m_max use it. GPUs with fewer SMs than that sweep (RTX 3090) use the model.
+// rows up to m_max use it. GPUs with fewer SMs than that sweep (RTX 3090) use the model. Since
+// the PDL trigger moved into pdl_wait() (the next kernel launches only once this one is past its
+// wait), the winners are grids of at most one block per SM that leave room for a second: the
+// next GEMM's blocks then sit beside this one's and fill their rings while it streams (wq_b at
+// M = 1: 7.9 us with 128 blocks of 3 stages, 9.2 with the one-per-SM 4-stage blocks that won
+// before; w4a16_h200_lab_pdl_wait.json).
 struct MeasuredDecode {
   int n, k, m_max;
   GemmConfig cfg;
   int splits, stages;
 };
 constexpr MeasuredDecode kMeasured[] = {
-    {32768, 1024, 8, GemmConfig::kD16N256, 1, 4},   // wq_b
-    {32768, 1024, 16, GemmConfig::kD16N256, 1, 3},
+    {32768, 1024, 8, GemmConfig::kD16N256, 1, 3},   // wq_b
+    {32768, 1024, 16, GemmConfig::kD16N256, 1, 2},
     {32768, 1024, 32, GemmConfig::kD16N256, 1, 2},
-    {4096, 8192, 8, GemmConfig::kD16N256, 16, 2},   // wo_b
-    {4096, 8192, 16, GemmConfig::kD16N128, 8, 2},
+    {4096, 8192, 8, GemmConfig::kD16N256, 8, 3},    // wo_b
+    {4096, 8192, 16, GemmConfig::kD16N256, 8, 2},
     {4096, 8192, 32, GemmConfig::kD16N256, 4, 2},
-    {1024, 4096, 8, GemmConfig::kD16N256, 16, 4},   // wq_a
-    {1024, 4096, 16, GemmConfig::kD16N64, 8, 3},
+    {1024, 4096, 8, GemmConfig::kD16N256, 16, 2},   // wq_a
+    {1024, 4096, 16, GemmConfig::kD16N64, 8, 2},
     {1024, 4096, 32, GemmConfig::kD16N64, 8, 2},
-    {512, 4096, 8, GemmConfig::kD16N128, 16, 4},    // wkv: as wq_a, 64 blocks of 2 groups
-    {4096, 2048, 8, GemmConfig::kD16N64, 1, 4},     // w2, shared expert down
-    {4096, 2048, 16, GemmConfig::kD16N64, 4, 2},
+    {512, 4096, 8, GemmConfig::kD16N128, 16, 2},    // wkv: as wq_a, 64 blocks of 2 groups
+    {4096, 2048, 8, GemmConfig::kD16N64, 1, 2},     // w2, shared expert down
+    {4096, 2048, 16, GemmConfig::kD16N128, 4, 2},
     {4096, 2048, 32, GemmConfig::kD16N128, 4, 2},
-    {4096, 4096, 8, GemmConfig::kD16N128, 4, 4},    // w13 gate/up
-    {4096, 4096, 16, GemmConfig::kD16N64, 4, 2},
+    {4096, 4096, 8, GemmConfig::kD16N128, 4, 2},    // w13 gate/up
+    {4096, 4096, 16, GemmConfig::kD16N128, 4, 2},
     {4096, 4096, 32, GemmConfig::kD16N128, 4, 2},
 };
 constexpr int kMeasuredMinSms = 120;

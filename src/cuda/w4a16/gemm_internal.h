@@ -48,6 +48,8 @@ struct GemmKernelArgs {
   // router's tiles of routed experts.
   int n_shared_tiles = 0;
   int shared_row0 = 0;               // first sorted row of the shared expert: M top_k
+  int shared_tile_rows = 0;          // decode kernels: rows per shared tile (the router's block
+                                     // rows, <= BM); the tiled kernels use BM (block rows == BM)
   const int4* tiles = nullptr;       // i32x4 [max_tiles]: expert, first sorted row, rows, unused
   const int* n_tiles = nullptr;      // i32 [1]: valid entries of tiles (blocks past it exit)
   const int* sorted_token = nullptr; // i32 [pairs]: token of each sorted row
