@@ -252,13 +252,16 @@ json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool 
       if (row_blocks > 2 || (m <= 16 && ci->block_m > 16)) continue;
       for (int splits : {1, 2, 4, 8, 16})
         for (int stages : {2, 3, 4})
-          for (int pdl : {0, 1}) {
+          for (int pdl : {0, 1})
+          for (int cluster : {0, 1}) {
             if (pdl == 0 && !both_pdl) continue;
             GemmLaunch l;
             l.cfg = GemmConfig(cfg);
             l.splits = splits;
             l.stages = stages;
             if (!complete_launch(&l, *ci, row_blocks, std::min(m, ci->block_m), sh.n, sh.k, *c.dev)) continue;
+            if (cluster == 1 && !cluster_splits_ok(l, *c.dev)) continue;
+            l.cluster = cluster == 1;
             if (l.splits > 1 && size_t(l.grid.x) * l.grid.z * splits * ci->block_m * ci->block_n > ws.partial_floats)
               continue;
             l.pdl = pdl != 0 && pdl_supported(*c.dev);
@@ -275,13 +278,13 @@ json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool 
             });
             const int bps = decode_blocks_per_sm(*ci, l.smem, *c.dev);
             const bool is_chosen = chosen->cfg == l.cfg && chosen->splits == splits && chosen->stages == stages &&
-                                   chosen->pdl == l.pdl;
-            std::printf("lab %-6s M=%-3d %-8s x%d S=%-2d st=%d pdl=%d smem=%6zu bps=%d blocks=%-4u %8.2f us %6.0f GB/s%s\n",
-                        sh.name.c_str(), m, w4a16_config_name(cfg), row_blocks, splits, stages, pdl, l.smem, bps,
+                                   chosen->pdl == l.pdl && chosen->cluster == l.cluster;
+            std::printf("lab %-6s M=%-3d %-8s x%d S=%-2d st=%d pdl=%d cl=%d smem=%6zu bps=%d blocks=%-4u %8.2f us %6.0f GB/s%s\n",
+                        sh.name.c_str(), m, w4a16_config_name(cfg), row_blocks, splits, stages, pdl, cluster, l.smem, bps,
                         l.grid.x * l.grid.y * l.grid.z, us, double(qb + sb) / (us * 1e-6) / 1e9, is_chosen ? " *" : "");
             rows.push_back({{"shape", sh.name}, {"m", m}, {"config", w4a16_config_name(cfg)}, {"row_tiles", row_blocks},
                             {"splits", splits},
-                            {"stages", stages}, {"pdl", pdl}, {"smem", l.smem},
+                            {"stages", stages}, {"pdl", pdl}, {"cluster", cluster}, {"smem", l.smem},
                             {"blocks_per_sm", bps}, {"blocks", l.grid.x * l.grid.y * l.grid.z}, {"us", us},
                             {"chosen", is_chosen}});
           }
@@ -560,7 +563,7 @@ int main(int argc, char** argv) {
   if (lab && !g_profile) {
     for (const Shape& sh : {shapes[1], shapes[3]})
       for (auto& r : bench_decode_lab(c, sh, lab_ms, false)) lab_rows.push_back(r);
-    for (const Shape& sh : {shapes[0], shapes[6], shapes[8]})
+    for (const Shape& sh : {shapes[7], shapes[4], shapes[0]})  // wq_a+wkv, idx_wq_b (the model's), wq_a
       for (auto& r : bench_decode_lab(c, sh, lab_ms == std::vector<int>{1, 16, 32} ? std::vector<int>{1, 16} : lab_ms,
                                       false))
         lab_rows.push_back(r);

@@ -220,7 +220,7 @@ TEST(CudaIndexer, TopkDecodeManySplits) {
   for (int64_t n : {513, 5000, 1000, 512}) rows.push_back({1, pos_for(n, v++)});
   for (int64_t n : {600, 130, 21}) rows.push_back({2, pos_for(n, v++)});
   rows.push_back({0, 4 * 20000 + 1});
-  // 64 decode rows at most per kMaxSplits-wide workspace: 64 splits per row.
+  // A workspace for 64 rows at 256K: 64 x 64 slots, so these 17 rows get kMaxSplits splits each.
   run_topk(rows, 64, 262144, kMaxSplits, 1);
 }
 
@@ -234,7 +234,8 @@ TEST(CudaIndexer, TopkDecodeBatch32) {
   for (int64_t n : {600, 599, 513, 121, 103}) rows.push_back({2, pos_for(n, v++)});
   while (rows.size() < 31) rows.push_back({0, pos_for(int64_t(1000 + 997 * rows.size()), v++)});
   rows.push_back({-1, 0});
-  run_topk(rows, 32, 262144, kMaxSplits, 4);
+  // A workspace for 32 rows at 256K: 64 splits (65536 keys / kMinSplitKeys) per row.
+  run_topk(rows, 32, 262144, 65536 / kMinSplitKeys, 4);
 }
 
 TEST(CudaIndexer, TopkPrefillFewSplits) {
@@ -245,8 +246,8 @@ TEST(CudaIndexer, TopkPrefillFewSplits) {
   for (int i = 0; i < 148; ++i) rows.push_back({2, int64_t(rng() % (4 * 600))});
   rows.push_back({-1, 0});
   rows.push_back({1, 4 * 5000 - 1});
-  // 300 rows over ceil(4096 / 300) = 14 splits per row.
-  run_topk(rows, 300, 262144, 14, 2);
+  // 300 rows over a workspace sized for them: ceil(kWideRows x kMaxSplits / 300) = 28 splits per row.
+  run_topk(rows, 300, 262144, 28, 2);
 }
 
 TEST(CudaIndexer, TopkOneSplit) {
@@ -344,7 +345,7 @@ TEST(CudaIndexer, TopkSplitSweep) {
   std::vector<int32_t> first;
   auto ws = IndexerWorkspace::create(64, 4 * kVis, kRatio, kTopk);
   ASSERT_TRUE(ws.is_ok());
-  for (int splits : {64, 32, 16, 8, 1}) {
+  for (int splits : {128, 64, 32, 16, 8, 1}) {
     auto launch = [&] {
       return indexer_topk(b, d_q.as<__nv_bfloat16>(), d_w.as<float>(), kHeads, kv, kTopk, *ws, d_sel.as<int32_t>(),
                           nullptr, splits);
@@ -530,7 +531,8 @@ TEST(CudaIndexerPlan, KeyOrderMatchesReference) {
 }
 
 TEST(CudaIndexerPlan, SplitsCoverEveryKey) {
-  EXPECT_EQ(workspace_splits(1, 65536), kMaxSplits);
+  EXPECT_EQ(workspace_splits(1, 65536), 65536 / kMinSplitKeys);  // by keys
+  EXPECT_EQ(workspace_splits(1, int64_t(1) << 20), kMaxSplits);
   EXPECT_EQ(workspace_splits(8192, 65536), 1);
   EXPECT_EQ(workspace_splits(64, 1000), 1);
   EXPECT_EQ(launch_splits(1, 4096), kMaxSplits);

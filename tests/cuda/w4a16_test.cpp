@@ -269,7 +269,8 @@ TEST(W4A16Gemm, DeterministicAndGraphReplayable) {
 
 // Every decode configuration, split-K factor (even and uneven group counts) and ring depth the
 // heuristics may pick, forced through the internal launcher, against the exact reference; also
-// checks that a forced split-K launch is deterministic.
+// checks that a forced split-K launch is deterministic and (SM90) that its cluster and global
+// partial sums agree bit for bit.
 TEST(W4A16Decode, ForcedLaunchesMatchExactReference) {
   DSV4_SKIP_WITHOUT_GPU();
   using namespace w4a16_detail;
@@ -304,6 +305,7 @@ TEST(W4A16Decode, ForcedLaunchesMatchExactReference) {
                                  **dev))
               continue;
             l.pdl = pdl_supported(**dev);
+            l.cluster = cluster_splits_ok(l, **dev);  // SM90: the cluster path, then the global one below
             W4A16GemmArgs a;
             a.x = dx.as<__nv_bfloat16>();
             a.ldx = sh.k;
@@ -320,6 +322,16 @@ TEST(W4A16Decode, ForcedLaunchesMatchExactReference) {
             const CompareResult cr = compare(gpu.data(), ref.data(), tol.data(), int64_t(gpu.size()));
             EXPECT_TRUE(cr.ok(1e-5)) << sh.name << " M=" << m << " " << w4a16_config_name(c) << " splits " << splits
                                      << " stages " << stages << ": " << cr.summary();
+            if (l.cluster) {  // SM90: the global-memory split-K path gives the same bits as the cluster one
+              GemmLaunch g = l;
+              g.cluster = false;
+              poison(dy);
+              DSV4_ASSERT_OK(launch_dense(a, g, workspace(), nullptr));
+              DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+              EXPECT_EQ(download<uint16_t>(dy.get(), size_t(m) * sh.n), y)
+                  << sh.name << " M=" << m << " " << w4a16_config_name(c) << " splits " << splits
+                  << ": cluster and global split-K differ";
+            }
             if (splits == 8 && stages == 4) {  // same bits again
               DSV4_ASSERT_OK(launch_dense(a, l, workspace(), nullptr));
               DSV4_ASSERT_CUDA(cudaDeviceSynchronize());

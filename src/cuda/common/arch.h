@@ -42,6 +42,10 @@ bool pdl_enabled();
 // Programmatic dependent launch (common/pdl.cuh): SM90 only, and only while pdl_enabled().
 inline bool pdl_supported(const DeviceInfo& d) { return pdl_enabled() && d.arch == GpuArch::kSm90; }
 
+// Thread-block clusters with distributed shared memory (SM90): the W4A16 decode GEMM adds its
+// split-K partials through them instead of global memory (w4a16/decode_kernel.cuh).
+inline bool clusters_supported(const DeviceInfo& d) { return d.arch == GpuArch::kSm90; }
+
 // pdl_supported() for the current device (current_device_info() is cached: cheap per launch).
 Result<bool> pdl_on_current_device();
 

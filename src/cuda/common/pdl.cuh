@@ -34,20 +34,32 @@ __device__ __forceinline__ void pdl_wait() {
 }
 
 // Launches kernel<<<grid, block, smem, stream>>>(arg), as a programmatic dependent of the
-// previous kernel in the stream when pdl is set.
+// previous kernel in the stream when pdl is set, in thread-block clusters of (1, cluster_y, 1)
+// blocks when cluster_y > 1 (SM90; the caller checks clusters_supported()).
 template <typename Arg>
 Status launch_kernel(void (*kernel)(Arg), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
-                     const Arg& arg, const char* name) {
+                     const Arg& arg, const char* name, unsigned cluster_y = 1) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  int n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (cluster_y > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = 1;
+    attr[n].val.clusterDim.y = cluster_y;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  cfg.numAttrs = n;
   DSV4_RETURN_IF_ERROR(cuda_status(cudaLaunchKernelEx(&cfg, kernel, arg), name));
   return last_launch_status(name);
 }

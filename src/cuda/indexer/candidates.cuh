@@ -131,11 +131,51 @@ __device__ __forceinline__ bool radix_pass(const ForEach& for_each, int shift, i
 }
 
 // Runs passes from `shift` down until the select is finished (the keys are unique, so it is at
-// the latest after the last digit). The state must have 1 <= need < keys in play.
+// the latest after the last digit). The state must have 1 <= need <= keys in play. Digits that
+// every key in play shares are not histogrammed: one pass of AND / OR over the keys finds them
+// and they join the prefix directly. Scores are bf16 and indices small, so 4 of the 8 digits
+// (the low half of the score word; the high half of ~index) are usually such digits.
 template <class ForEach>
 __device__ __forceinline__ void radix_select(const ForEach& for_each, int shift, int* hist, SelectState* st) {
-  for (; shift >= 0; shift -= 8)
+  __shared__ unsigned long long s_and, s_or;
+  if (threadIdx.x == 0) {
+    s_and = ~0ull;
+    s_or = 0;
+  }
+  __syncthreads();
+  {
+    const uint64_t mask = st->mask, prefix = st->prefix;
+    uint64_t a = ~uint64_t(0), o = 0;
+    for_each([&](uint64_t key) {
+      if (key != 0 && (key & mask) == prefix) {
+        a &= key;
+        o |= key;
+      }
+    });
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      a &= __shfl_xor_sync(0xffffffffu, a, off);
+      o |= __shfl_xor_sync(0xffffffffu, o, off);
+    }
+    if ((threadIdx.x & 31) == 0) {
+      atomicAnd(&s_and, (unsigned long long)a);
+      atomicOr(&s_or, (unsigned long long)o);
+    }
+  }
+  __syncthreads();
+  const uint64_t common = s_and, varying = s_and ^ s_or;
+  for (; shift >= 0; shift -= 8) {
+    if (((varying >> shift) & 0xffu) == 0) {
+      // Every key in play has this digit: the pass would take its bin whole.
+      if (threadIdx.x == 0) {
+        st->prefix |= common & (uint64_t(0xffu) << shift);
+        st->mask |= uint64_t(0xffu) << shift;
+      }
+      __syncthreads();
+      continue;
+    }
     if (radix_pass(for_each, shift, hist, st)) break;
+  }
 }
 
 // ---- running candidate buffer (one block) ----

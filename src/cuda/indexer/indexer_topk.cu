@@ -3,12 +3,17 @@
 //   split: one block per (row, split) scores its share of the row's n_vis keys 64 at a time
 //          (decode the fp4 records to bf16 in shared memory, mma.sync m16n8k16 with the 64
 //          heads as M, then the reference's rounding chain and the head sum in head order) and
-//          keeps its own top-k of 64-bit (score, index) keys, unsorted (a split of at most topk
-//          keys keeps them all without selecting);
+//          keeps its own top-k of 64-bit (score, index) keys (a split of at most topk keys keeps
+//          them all without selecting), sorted descending;
 //   merge: one block per row selects the global top-k from the splits' lists (only their valid
-//          entries) with a radix select: while the keys in play are too many for shared memory
-//          each histogram pass reads them from the lists (L2), then they are gathered and the
-//          passes run in shared memory; the k winners are sorted (bitonic) into the output.
+//          entries). The lists' heads bound the k-th key from below: with the smallest c such
+//          that the lists' first min(c, count) keys number at least k, the least of those keys,
+//          T, has at least k keys at or above it, so only keys >= T (each list's head, read up
+//          to the first key below T) can be selected: usually a few times k of the S x topk
+//          candidates. They are gathered into shared memory and radix-selected there. Should
+//          they not fit (heavy ties around T), the general path runs: histogram passes over the
+//          lists (L2) until the keys in play fit, then the passes in shared memory. The k
+//          winners are sorted (bitonic) into the output.
 // Nothing is sized by the context: the workspace holds topk keys per (row, split) slot.
 //
 // Why the scores are exact: q and the keys are e2m1 codes times powers of two, so every product
@@ -146,8 +151,12 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
     s_count = 0;
     s_thr = 0;
   }
-  TileWords words;
+  // Three tiles in flight (load_tile reads nothing past `end`): at long contexts the keys come
+  // from DRAM, and a split walks its tiles one after the other.
+  TileWords words, next1, next2;
   load_tile(words, g, bt, begin, end);
+  load_tile(next1, g, bt, begin + kTileKeys, end);
+  load_tile(next2, g, bt, begin + 2 * kTileKeys, end);
   __syncthreads();
   const int mw = warp & 3, nw = warp >> 2;  // heads 16 mw .. +15, tile keys 32 nw .. +31
   const bool mma_warp = 16 * mw < g.n_heads;
@@ -163,7 +172,9 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
   for (int64_t e0 = begin; e0 < end; e0 += kTileKeys) {
     store_tile(words, s_tile);
     __syncthreads();
-    if (e0 + kTileKeys < end) load_tile(words, g, bt, e0 + kTileKeys, end);  // in flight during the MMA
+    words = next1;
+    next1 = next2;
+    if (e0 + 3 * kTileKeys < end) load_tile(next2, g, bt, e0 + 3 * kTileKeys, end);  // in flight during the MMA
 
     if (mma_warp) {
       float acc[4][4] = {};
@@ -217,6 +228,9 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
   }
 
   cut_candidates<kSplitCap / kSplitThreads>(buf, g.topk, s_hist, &s_sel);  // no-op when <= topk held
+  // Sorted descending, so the merge can bound the row's k-th key from each list's head and read
+  // only the heads of the lists (s_keys has room for the padding to a power of two: <= topk).
+  sort_keys_desc(s_keys, s_count);
   const int n_out = s_count;
   uint64_t* out = g.cand + slot * g.ws_topk;
   for (int i = tid; i < n_out; i += kSplitThreads) out[i] = s_keys[i];
@@ -235,6 +249,7 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
   __shared__ int s_hist[256];
   __shared__ SelectState s_sel;
   __shared__ int s_n_play, s_n_take;
+  __shared__ uint64_t s_thr;
 
   pdl_wait();  // the split kernel's lists
   const int t = blockIdx.x, tid = threadIdx.x;
@@ -245,17 +260,27 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
   }
   const int n_splits = g.n_splits;
   const int64_t slot0 = int64_t(t) * n_splits;
-  if (tid < 32) {  // prefix offsets of the lists: lane l sums lists 2l, 2l + 1 (kMaxSplits = 64)
-    const int s0 = 2 * tid, s1 = s0 + 1;
-    const int c0 = s0 < n_splits ? g.counts[slot0 + s0] : 0, c1 = s1 < n_splits ? g.counts[slot0 + s1] : 0;
-    int incl = c0 + c1;
+  if (tid < 32) {  // prefix offsets of the lists: lane l sums lists kPer l .. kPer l + kPer - 1
+    constexpr int kPer = kMaxSplits / 32;
+    int c[kPer], sum = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int sl = kPer * tid + i;
+      c[i] = sl < n_splits ? g.counts[slot0 + sl] : 0;
+      sum += c[i];
+    }
+    int incl = sum;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const int v = __shfl_up_sync(0xffffffffu, incl, o);
       if (tid >= o) incl += v;
     }
-    s_off[s0] = incl - c0 - c1;
-    s_off[s1] = incl - c1;
+    int off = incl - sum;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      s_off[kPer * tid + i] = off;
+      off += c[i];
+    }
     if (tid == 31) s_off[kMaxSplits] = incl;
     if (tid == 0) {
       select_init(&s_sel, 0);
@@ -289,6 +314,80 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
       for (int u = 0; u < kMergeUnroll; ++u) f(key[u]);
     }
   };
+
+  // Fast path: gather the keys >= T from the sorted lists' heads (see the file comment).
+  if (k < n_cand) {
+    if (tid < 32) {
+      auto covered = [&](int c) {  // sum over lists of min(c, count), by warp 0
+        int sum = 0;
+        for (int sl = tid; sl < n_splits; sl += 32) sum += min(c, s_off[sl + 1] - s_off[sl]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        return sum;
+      };
+      int lo = 1, hi = g.topk;  // covered(topk) = n_cand > k
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (covered(mid) >= k) hi = mid;
+        else lo = mid + 1;
+      }
+      uint64_t t_key = ~uint64_t(0);
+      for (int sl = tid; sl < n_splits; sl += 32) {
+        const int c = min(lo, s_off[sl + 1] - s_off[sl]);
+        if (c > 0) {
+          const uint64_t v = g.cand[(slot0 + sl) * g.ws_topk + (c - 1)];
+          t_key = v < t_key ? v : t_key;
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const uint64_t v = __shfl_xor_sync(0xffffffffu, t_key, o);
+        t_key = v < t_key ? v : t_key;
+      }
+      if (tid == 0) s_thr = t_key;
+    }
+    __syncthreads();
+    const uint64_t thr = s_thr;
+    const int warp = tid >> 5, lane = tid & 31;
+    for (int sl = warp; sl < n_splits; sl += kMergeThreads / 32) {
+      const uint64_t* list = g.cand + (slot0 + sl) * g.ws_topk;
+      const int n = s_off[sl + 1] - s_off[sl];
+      for (int i0 = 0; i0 < n; i0 += 32) {
+        const uint64_t key = i0 + lane < n ? list[i0 + lane] : 0;
+        const bool keep = key != 0 && key >= thr;
+        warp_append(keep, key, s_keys, &s_n_play, kMergeCap);
+        if (!__all_sync(0xffffffffu, keep)) break;  // sorted: the rest of the list is below T
+      }
+    }
+    __syncthreads();
+    if (s_n_play <= kMergeCap) {
+      const int n_play = s_n_play;
+      radix_select(
+          [&](const auto& f) {
+            for (int i0 = tid & ~31; i0 < n_play; i0 += kMergeThreads) {
+              const int i = i0 + (tid & 31);
+              f(i < n_play ? s_keys[i] : uint64_t(0));
+            }
+          },
+          56, s_hist, &s_sel);
+      const uint64_t take = s_sel.prefix;
+      for (int i0 = tid & ~31; i0 < n_play; i0 += kMergeThreads) {
+        const int i = i0 + (tid & 31);
+        const uint64_t key = i < n_play ? s_keys[i] : 0;
+        warp_append(key != 0 && key >= take, key, s_take, &s_n_take, kMaxTopk);
+      }
+      __syncthreads();
+      sort_keys_desc(s_take, k);  // s_n_take == k
+      for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_take[i]) : -1;
+      return;
+    }
+    __syncthreads();  // too many ties around T: the general path below, from a fresh state
+    if (tid == 0) {
+      select_init(&s_sel, k);
+      s_n_play = 0;
+    }
+    __syncthreads();
+  }
 
   // Passes over the lists until the keys in play fit (or the select is finished).
   int shift = 56;

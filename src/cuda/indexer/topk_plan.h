@@ -17,7 +17,9 @@
 namespace dsv4::cuda::indexer_detail {
 
 inline constexpr int kMaxTopk = 512;         // candidate buffers hold 2 x this
-inline constexpr int kMaxSplits = 64;        // splits of one row (and lists the merge reads)
+inline constexpr int kMaxSplits = 128;       // splits of one row (and lists the merge reads): a
+                                             // batch-1 row at 256K (65536 keys) fills the GPU with
+                                             // splits of 512 keys, which need no selection
 inline constexpr int kTileKeys = 64;         // keys scored per step of a split: one CSA page
 inline constexpr int kMinSplitKeys = 1024;   // keys per split of a wide launch (more than kWideRows rows)
 inline constexpr int kWideRows = 64;         // rows that may each use kMaxSplits splits

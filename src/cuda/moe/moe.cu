@@ -255,6 +255,7 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.c = ws.act_.as<__nv_bfloat16>();
   g.ldc = inter;
   g.splits = up.splits;
+  g.cluster_splits = up.cluster ? up.splits : 0;
   g.stages = up.stages;
   g.a_rows = up.a_rows;
   g.a_groups = up.a_groups;
@@ -279,6 +280,7 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.y = a.y;
   g.ldy = a.ldy;
   g.splits = down.splits;
+  g.cluster_splits = down.cluster ? down.splits : 0;
   g.stages = down.stages;
   g.a_rows = down.a_rows;
   g.a_groups = down.a_groups;

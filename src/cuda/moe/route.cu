@@ -19,6 +19,7 @@ namespace {
 constexpr int kThreads = 256;
 static_assert(kThreads == kRouterExperts, "the grouping scan gives each thread one expert");
 constexpr int kShared = kRouterExperts;  // expert id of the shared expert in tiles
+constexpr int kDecodeMaxTokens = 32;     // batches up to this use the one-token-per-block variant
 
 __device__ __forceinline__ uint4 ld_nc_v4(const uint4* p) {
   uint4 v;
@@ -36,8 +37,16 @@ __device__ __forceinline__ void unpack8(const uint4 v, float (&f)[8]) {
   }
 }
 
-// Expert selection and weights of token `tok` by one warp.
-__device__ void select_experts(const RouteKernelArgs& p, int tok, int lane) {
+// Order-preserving map of a (non-NaN) float to an unsigned key: a < b exactly when key(a) < key(b).
+__device__ __forceinline__ unsigned ordered_key(float f) {
+  const unsigned u = __float_as_uint(f == 0.0f ? 0.0f : f);  // -0 and +0 are one value
+  return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+}
+
+// Expert selection and weights of token `tok` by one warp; written to topk_ids / topk_w and,
+// when s_ids is not null, to s_ids / s_w [tok * top_k ..] in shared memory too.
+__device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, int* s_ids = nullptr,
+                               float* s_w = nullptr) {
   constexpr unsigned kAll = 0xffffffffu;
   float s[8], v[8];
 #pragma unroll
@@ -68,6 +77,8 @@ __device__ void select_experts(const RouteKernelArgs& p, int tok, int lane) {
       }
     }
   } else {
+    // Each round: every lane's best untaken candidate (ties: lowest expert id), then the warp's
+    // largest value by one redux and, among the lanes holding it, the lowest id by another.
     unsigned taken = 0;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
@@ -85,20 +96,12 @@ __device__ void select_experts(const RouteKernelArgs& p, int tok, int lane) {
             bs = s[j];
           }
         }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-          const float ov = __shfl_xor_sync(kAll, bv, off);
-          const int oe = __shfl_xor_sync(kAll, be, off);
-          const float os = __shfl_xor_sync(kAll, bs, off);
-          if (ov > bv || (ov == bv && oe < be)) {
-            bv = ov;
-            be = oe;
-            bs = os;
-          }
-        }
-        ids[k] = be;
-        sc[k] = bs;
-        if ((be & 31) == lane) taken |= 1u << (be >> 5);
+        const unsigned key = ordered_key(bv);
+        const unsigned top = __reduce_max_sync(kAll, key);
+        const int winner = int(__reduce_min_sync(kAll, key == top ? unsigned(be) : 0xffffffffu));
+        ids[k] = winner;
+        sc[k] = __shfl_sync(kAll, bs, winner & 31);
+        if ((winner & 31) == lane) taken |= 1u << (winner >> 5);
       }
     }
   }
@@ -128,21 +131,36 @@ __device__ void select_experts(const RouteKernelArgs& p, int tok, int lane) {
       if (k < p.top_k) {
         p.topk_ids[int64_t(tok) * p.top_k + k] = ids[k];
         p.topk_w[int64_t(tok) * p.top_k + k] = w[k];
+        if (s_ids != nullptr) {
+          s_ids[tok * p.top_k + k] = ids[k];
+          s_w[tok * p.top_k + k] = w[k];
+        }
       }
   }
 }
 
 // Counting sort of all pairs by expert (expert 256 = shared, every token once), by one block.
 // The shared expert's rows come last, at M top_k + token, whatever the routing: the GEMMs rely on
-// that to start the shared expert before the router finishes.
-__device__ void group_pairs(const RouteKernelArgs& p) {
+// that to start the shared expert before the router finishes. The selections come from shared
+// memory (kSmem: this block made them) or from global memory (other blocks made them).
+template <bool kSmem>
+__device__ __forceinline__ int load_sel(const int* p) {
+  return kSmem ? *p : __ldcg(p);
+}
+template <bool kSmem>
+__device__ __forceinline__ float load_sel(const float* p) {
+  return kSmem ? *p : __ldcg(p);
+}
+
+template <bool kSmem>
+__device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const float* sel_w) {
   __shared__ int s_cnt[kRouterExperts + 1], s_off[kRouterExperts + 1], s_toff[kRouterExperts + 1];
   __shared__ int s_cur[kRouterExperts + 1];
   const int tid = threadIdx.x, top_k = p.top_k, m = p.m, bm = p.block_m;
   const int n_pairs = m * top_k;
   for (int e = tid; e <= kRouterExperts; e += kThreads) s_cnt[e] = 0;
   __syncthreads();
-  for (int i = tid; i < n_pairs; i += kThreads) atomicAdd(&s_cnt[__ldcg(&p.topk_ids[i])], 1);
+  for (int i = tid; i < n_pairs; i += kThreads) atomicAdd(&s_cnt[load_sel<kSmem>(sel_ids + i)], 1);
   __syncthreads();
   {
     // Exclusive scan of (pairs, tiles) over the 256 routed experts, one expert per thread;
@@ -188,10 +206,10 @@ __device__ void group_pairs(const RouteKernelArgs& p) {
   // Order inside an expert is arrival order: rows are independent in the GEMMs, so it does not
   // change any value.
   for (int i = tid; i < n_pairs; i += kThreads) {
-    const int t = i / top_k, e = __ldcg(&p.topk_ids[i]);
+    const int t = i / top_k, e = load_sel<kSmem>(sel_ids + i);
     const int pos = atomicAdd(&s_cur[e], 1);
     p.sorted_token[pos] = t;
-    p.sorted_weight[pos] = __ldcg(&p.topk_w[i]);
+    p.sorted_weight[pos] = load_sel<kSmem>(sel_w + i);
     p.token_pairs[int64_t(t) * (top_k + 1) + (i % top_k)] = pos;
   }
   for (int t = tid; t < m; t += kThreads) {
@@ -301,11 +319,13 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     }
     __syncthreads();
     if (!s_flag) return;
+    // The selections stay in shared memory for the grouping: no global round trip between them.
+    __shared__ int s_ids[kDecodeMaxTokens * 8];
+    __shared__ float s_w[kDecodeMaxTokens * 8];
     __threadfence();
-    for (int tok = warp; tok < p.m; tok += kThreads / 32) select_experts(p, tok, lane);
-    __threadfence();
+    for (int tok = warp; tok < p.m; tok += kThreads / 32) select_experts(p, tok, lane, s_ids, s_w);
     __syncthreads();
-    group_pairs(p);
+    group_pairs<true>(p, s_ids, s_w);
   } else {
     // Prefill: the last expert slice of this token tile selects experts for its tokens.
     if (tid == 0) {
@@ -329,7 +349,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     __syncthreads();
     if (!s_flag) return;
     __threadfence();
-    group_pairs(p);
+    group_pairs<false>(p, p.topk_ids, p.topk_w);
   }
 }
 
@@ -362,7 +382,7 @@ Status launch_moe_route(const RouteKernelArgs& p, cudaStream_t stream, bool pdl)
   if (p.top_k < 1 || p.top_k > 8) return invalid_argument("moe router: top_k {} not in 1..8", p.top_k);
   // Decode batches: one token per block and 32 blocks per token, so the 2 MB router weight is
   // streamed by many SMs. Prefill: 8 tokens per block reuse each weight load 8 times.
-  if (p.m <= 32) return launch_variant<1, 1>(p, stream, pdl);
+  if (p.m <= kDecodeMaxTokens) return launch_variant<1, 1>(p, stream, pdl);
   return launch_variant<8, 4>(p, stream, pdl);
 }
 

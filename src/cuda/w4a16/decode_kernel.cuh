@@ -285,6 +285,65 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   const bool active = (wk == 0) && nt < n_tiles64;  // warps that hold a finished slice of the tile
   const int g8 = lane >> 2;
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Split-K on SM90: the tile's splits are one (1, splits, 1) cluster; each puts its partial tile
+  // in its own shared memory and split 0 adds them, in split order as below (same bits), read
+  // straight from the other blocks' shared memory. Two cluster barriers replace the global
+  // path's fence, counter atomic and partial round trips.
+  if (p.cluster_splits > 1) {
+    float* tile = reinterpret_cast<float*>(smem);
+    __syncthreads();  // the cross-warp sums above read the same shared memory
+    if (active) {
+#pragma unroll
+      for (int f = 0; f < FM; ++f)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = f * 16 + g8 + 8 * h;
+          if (row < rows) {
+#pragma unroll
+            for (int s = 0; s < 8; ++s)
+              *reinterpret_cast<float2*>(tile + row * T::kBN + wn * 64 + s * 8 + 2 * q) =
+                  make_float2(acc[f][s][2 * h], acc[f][s][2 * h + 1]);
+          }
+        }
+    }
+    cluster_sync();  // every split's tile is written (release / acquire)
+    if (split == 0) {
+      constexpr int kC4 = T::kBN / 4;
+      const uint32_t tile_addr = smem_u32(tile);
+      for (int idx = tid; idx < rows * kC4; idx += T::kThreads) {
+        const uint32_t off = uint32_t(idx) * 16;  // row r, float4 c4: (r kC4 + c4) x 16 bytes
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int sp = 0; sp < p.cluster_splits; ++sp) {
+          const float4 v = ld_dsmem_v4(map_dsmem(tile_addr + off, sp));
+          sum.x += v.x;
+          sum.y += v.y;
+          sum.z += v.z;
+          sum.w += v.w;
+        }
+        reinterpret_cast<float4*>(tile)[idx] = sum;  // this thread alone reads and writes idx
+      }
+    }
+    cluster_sync();  // the other splits keep their shared memory until split 0 has read it
+    if (split != 0) return;
+    if (active) {
+#pragma unroll
+      for (int f = 0; f < FM; ++f)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = f * 16 + g8 + 8 * h;
+          if (row < rows) {
+#pragma unroll
+            for (int s = 0; s < 8; ++s) {
+              const float2 v = *reinterpret_cast<const float2*>(tile + row * T::kBN + wn * 64 + s * 8 + 2 * q);
+              acc[f][s][2 * h] = v.x;
+              acc[f][s][2 * h + 1] = v.y;
+            }
+          }
+        }
+    }
+  } else
+#endif
   // Split-K: publish the partial tile; the last block of the tile adds all partials in order.
   if (p.splits > 1) {
     const int tile_id = z * gridDim.x + nb;
@@ -490,7 +549,8 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   Status launch_gemm_##name(const GemmKernelArgs& args, dim3 grid, size_t smem, cudaStream_t stream, bool pdl) { \
     using T = DecodeTraits<FM, WN, WK>;                                                              \
     return launch_kernel(&w4a16_decode_kernel<FM, WN, WK>, grid, dim3(T::kThreads), smem, stream, pdl, args, \
-                         "w4a16_decode_kernel(" #name ")");                                          \
+                         "w4a16_decode_kernel(" #name ")",                                           \
+                         unsigned(args.cluster_splits > 1 ? args.cluster_splits : 1));               \
   }
 
 }  // namespace dsv4::cuda::w4a16_detail

@@ -59,6 +59,10 @@ int decode_blocks_per_sm(const GemmConfigInfo& ci, size_t smem, const DeviceInfo
   return std::min<int>(ci.blocks_per_sm, int(dev.smem_per_sm_bytes / per_block));
 }
 
+bool cluster_splits_ok(const GemmLaunch& l, const DeviceInfo& dev) {
+  return clusters_supported(dev) && l.splits > 1 && l.splits <= kMaxClusterSplits;
+}
+
 bool complete_launch(GemmLaunch* l, const GemmConfigInfo& ci, int row_blocks, int tile_rows, int n, int k,
                      const DeviceInfo& dev) {
   const int kg = k / 128;
@@ -77,6 +81,7 @@ bool complete_launch(GemmLaunch* l, const GemmConfigInfo& ci, int row_blocks, in
   // The epilogue reuses the ring for the cross-warp sums and the split-K tile (two stages' worth).
   const size_t ring_min = size_t(ci.threads / 32) * 2 * kDecodeSlotBytes;
   l->smem = std::max(decode_smem_bytes(ci, l->stages, l->a_rows, l->a_groups), ring_min);
+  l->cluster = false;  // the measured table (or a caller) turns it on: cluster_splits_ok()
   return l->smem + size_t(ci.static_smem) <= dev.smem_optin_bytes;
 }
 
@@ -116,24 +121,28 @@ struct MeasuredDecode {
   int n, k, m_max;
   GemmConfig cfg;
   int splits, stages;
+  bool cluster;  // SM90: split-K through a cluster (where the lab found it faster)
 };
 constexpr MeasuredDecode kMeasured[] = {
-    {32768, 1024, 8, GemmConfig::kD16N256, 1, 3},   // wq_b
-    {32768, 1024, 16, GemmConfig::kD16N256, 1, 2},
-    {32768, 1024, 32, GemmConfig::kD16N256, 1, 2},
-    {4096, 8192, 8, GemmConfig::kD16N256, 8, 3},    // wo_b
-    {4096, 8192, 16, GemmConfig::kD16N256, 8, 2},
-    {4096, 8192, 32, GemmConfig::kD16N256, 4, 2},
-    {1024, 4096, 8, GemmConfig::kD16N256, 16, 2},   // wq_a
-    {1024, 4096, 16, GemmConfig::kD16N64, 8, 2},
-    {1024, 4096, 32, GemmConfig::kD16N64, 8, 2},
-    {512, 4096, 8, GemmConfig::kD16N128, 16, 2},    // wkv: as wq_a, 64 blocks of 2 groups
-    {4096, 2048, 8, GemmConfig::kD16N64, 1, 2},     // w2, shared expert down
-    {4096, 2048, 16, GemmConfig::kD16N128, 4, 2},
-    {4096, 2048, 32, GemmConfig::kD16N128, 4, 2},
-    {4096, 4096, 8, GemmConfig::kD16N128, 4, 2},    // w13 gate/up
-    {4096, 4096, 16, GemmConfig::kD16N128, 4, 2},
-    {4096, 4096, 32, GemmConfig::kD16N128, 4, 2},
+    {32768, 1024, 4, GemmConfig::kD16N256, 1, 3, false},   // wq_b
+    {32768, 1024, 8, GemmConfig::kD16N256, 1, 2, false},
+    {32768, 1024, 16, GemmConfig::kD16N256, 1, 2, false},
+    {32768, 1024, 32, GemmConfig::kD16N256, 1, 2, false},
+    {4096, 8192, 4, GemmConfig::kD16N256, 8, 3, false},    // wo_b
+    {4096, 8192, 8, GemmConfig::kD16N128, 4, 2, false},
+    {4096, 8192, 16, GemmConfig::kD16N256, 8, 2, false},
+    {4096, 8192, 32, GemmConfig::kD16N256, 4, 2, false},
+    {1536, 4096, 4, GemmConfig::kD16N128, 8, 3, true},    // wq_a + wkv (the model's fused wqkv)
+    {1536, 4096, 16, GemmConfig::kD16N128, 8, 2, true},
+    {1024, 4096, 16, GemmConfig::kD16N128, 8, 2, true},    // wq_a
+    {1024, 4096, 32, GemmConfig::kD16N64, 8, 2, false},
+    {512, 4096, 8, GemmConfig::kD16N128, 16, 2, false},    // wkv: as wq_a, 64 blocks of 2 groups
+    {4096, 2048, 1, GemmConfig::kD16N64, 1, 2, false},     // w2, shared expert down
+    {4096, 2048, 16, GemmConfig::kD16N128, 4, 2, false},
+    {4096, 2048, 32, GemmConfig::kD16N128, 4, 2, false},
+    {4096, 4096, 1, GemmConfig::kD16N64, 2, 2, true},      // w13 gate/up
+    {4096, 4096, 16, GemmConfig::kD16N128, 4, 2, false},
+    {4096, 4096, 32, GemmConfig::kD16N128, 4, 2, false},
 };
 constexpr int kMeasuredMinSms = 120;
 }  // namespace
@@ -155,6 +164,7 @@ Result<GemmLaunch> choose_decode_launch(int m, int n, int k, double weight_bytes
       l.stages = t.stages;
       if (complete_launch(&l, ci, row_blocks, tile_rows, n, k, dev) && fits_workspace(l, ci, partial_floats, n_counters)) {
         l.pdl = pdl_supported(dev);
+        l.cluster = t.cluster && cluster_splits_ok(l, dev);
         return l;
       }
       break;
@@ -336,6 +346,7 @@ Status launch_dense(const W4A16GemmArgs& a, const GemmLaunch& l, const W4A16Work
   p.n = n;
   p.k = k;
   p.splits = l.splits;
+  p.cluster_splits = l.cluster ? l.splits : 0;
   p.stages = l.stages;
   p.a_rows = l.a_rows;
   p.a_groups = l.a_groups;

@@ -39,6 +39,8 @@ struct GemmKernelArgs {
   // Decode configurations only (decode_kernel.cuh): ring slots per warp, and the A block staged
   // in smem: a_rows rows (>= the rows of any tile) x a_groups 128-k groups (>= any split's).
   int stages = 0, a_rows = 0, a_groups = 0;
+  int cluster_splits = 0;            // decode, SM90: splits > 1 launched as (1, splits, 1) clusters
+                                     // that add their partials through DSMEM; 0: global partials
   __nv_bfloat16* c = nullptr;        // kDense: y; kMoeUp: act [pairs, N/2]; kMoeDown: down_out [pairs, N]
   int64_t ldc = 0;
   float* partials = nullptr;         // f32 [tiles][splits][BM][BN] when splits > 1
@@ -122,7 +124,16 @@ struct GemmLaunch {
   dim3 grid;
   size_t smem = 0;
   bool pdl = false;
+  // SM90 decode split-K through (1, splits, 1) clusters that add the partials in distributed
+  // shared memory. The H200 lab (w4a16_h200_lab_pdl_wait.json, run 3): faster for small grids
+  // (wq_a M = 1: 4.5 vs 4.9 us; w13 M = 1: 6.3 vs 6.5), slower for 128 blocks in clusters of
+  // 4 or 8 (wo_b M = 1, 8 splits: 11.5 vs 9.8): clusters must fit a GPC whole beside the
+  // previous kernel's blocks. So only the measured table turns it on.
+  bool cluster = false;
 };
+inline constexpr int kMaxClusterSplits = 8;  // the portable cluster size
+// Whether `l` may run its split-K through a cluster on `dev` (SM90, 2..kMaxClusterSplits splits).
+bool cluster_splits_ok(const GemmLaunch& l, const DeviceInfo& dev);
 
 // Fills grid, smem, a_rows and a_groups of a launch of `cfg` with the given splits (and, for a
 // decode configuration, ring stages (0: as many as a warp has items, at most 4)) over

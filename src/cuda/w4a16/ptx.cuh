@@ -1,6 +1,7 @@
 // ptx.cuh: device helpers shared by the W4A16 GEMM kernels (gemm_kernel.cuh, decode_kernel.cuh):
 // cp.async, ldmatrix, mma.sync, the int4 -> bf16 conversions and the packed scale layout.
-// SM80-level instructions only, so every helper builds for sm_86 and sm_90.
+// SM80-level instructions, so every helper builds for sm_86 and sm_90; the cluster helpers exist
+// only for SM90 (the decode kernel's split-K fast path).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -72,6 +73,28 @@ inline constexpr float kCodeOffset = 136.0f;  // 128 (magic exponent) + 8 (GPTQ 
 // coherent, and a co-resident block of another grid may have cached an older copy).
 __device__ __forceinline__ uint4 ld_cg_v4(const void* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
 
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// SM90 thread-block clusters: a barrier over every thread of the cluster (writes before it are
+// visible to reads after it), and loads from another block's shared memory.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The shared::cluster address of this block's shared address `addr` in block `rank` of the cluster.
+__device__ __forceinline__ uint32_t map_dsmem(uint32_t addr, int rank) {
+  uint32_t out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(addr), "r"(rank));
+  return out;
+}
+__device__ __forceinline__ float4 ld_dsmem_v4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+#endif
 
 // A lane's 16 scales (column 8 s + 2 q + e at index 2 s + e) of one 64-column block.
 __device__ __forceinline__ void load_scales(const __half* s_smem, int q, float (&out)[16]) {
