@@ -210,6 +210,12 @@ struct RunResult {
 
 constexpr int64_t kLdy = kHidden + 64;
 
+// Arguments of a batch of m rows: x [m, kHidden] and y [m, kLdy] (bf16 device buffers).
+MoeArgs moe_args(const DeviceBuffer& dx, const DeviceBuffer& dy, int m) {
+  const MoeArgs a = moe_args(dx, dy, m);
+  return a;
+}
+
 RunResult run_moe(const MoeLayerWeights& w, const std::vector<float>& x, const std::vector<int32_t>& tokens, int m,
                   cudaStream_t stream = nullptr, const MoeDiagnosticLaunches* diag = nullptr) {
   MoeSetup& s = setup();
@@ -217,13 +223,8 @@ RunResult run_moe(const MoeLayerWeights& w, const std::vector<float>& x, const s
   DeviceBuffer dt = upload_vector(tokens.empty() ? std::vector<int32_t>(1, 0) : tokens);
   DeviceBuffer dy = device_alloc(size_t(m) * kLdy * 2);
   poison(dy);
-  MoeArgs a;
-  a.x = dx.as<__nv_bfloat16>();
-  a.ldx = kHidden;
+  MoeArgs a = moe_args(dx, dy, m);
   a.token_ids = tokens.empty() ? nullptr : dt.as<int32_t>();
-  a.m = m;
-  a.y = dy.as<__nv_bfloat16>();
-  a.ldy = kLdy;
   const Status st = moe_forward(w, a, s.ws, stream, diag);
   // A rejected launch fails this test only (the output stays poisoned and every check after fails).
   EXPECT_TRUE(st.is_ok()) << "M=" << m << ": " << st.to_string();
@@ -446,12 +447,7 @@ TEST(MoeForwardDiagnostic, FourAndSixteenRowTilesMatchReference) {
   const int m = 43;
   DeviceBuffer dx = upload_vector(to_bf16(random_bf16_values(int64_t(m) * kHidden, 9500, 1.0f)));
   DeviceBuffer dy = device_alloc(size_t(m) * kLdy * 2);
-  MoeArgs a;
-  a.x = dx.as<__nv_bfloat16>();
-  a.ldx = kHidden;
-  a.m = m;
-  a.y = dy.as<__nv_bfloat16>();
-  a.ldy = kLdy;
+  const MoeArgs a = moe_args(dx, dy, m);
   const MoeDiagnosticLaunches d{2, 1, 2, 1, 1, 2, 4};
   const Status st = moe_forward(s.weights(false), a, s.ws, nullptr, &d);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
