@@ -284,6 +284,40 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
 
   const bool active = (wk == 0) && nt < n_tiles64;  // warps that hold a finished slice of the tile
   const int g8 = lane >> 2;
+  // This warp's slice of an fp32 tile [rows][kBN] (a split's partial sums): written from and
+  // read back into the accumulators.
+  auto store_acc = [&](float* dst) {
+    if (!active) return;
+#pragma unroll
+    for (int f = 0; f < FM; ++f)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = f * 16 + g8 + 8 * h;
+        if (row < rows) {
+#pragma unroll
+          for (int s = 0; s < 8; ++s)
+            *reinterpret_cast<float2*>(dst + row * T::kBN + wn * 64 + s * 8 + 2 * q) =
+                make_float2(acc[f][s][2 * h], acc[f][s][2 * h + 1]);
+        }
+      }
+  };
+  auto load_acc = [&](const float* src) {
+    if (!active) return;
+#pragma unroll
+    for (int f = 0; f < FM; ++f)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = f * 16 + g8 + 8 * h;
+        if (row < rows) {
+#pragma unroll
+          for (int s = 0; s < 8; ++s) {
+            const float2 v = *reinterpret_cast<const float2*>(src + row * T::kBN + wn * 64 + s * 8 + 2 * q);
+            acc[f][s][2 * h] = v.x;
+            acc[f][s][2 * h + 1] = v.y;
+          }
+        }
+      }
+  };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Split-K on SM90: the tile's splits are one (1, splits, 1) cluster; each puts its partial tile
@@ -293,20 +327,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   if (p.cluster_splits > 1) {
     float* tile = reinterpret_cast<float*>(smem);
     __syncthreads();  // the cross-warp sums above read the same shared memory
-    if (active) {
-#pragma unroll
-      for (int f = 0; f < FM; ++f)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = f * 16 + g8 + 8 * h;
-          if (row < rows) {
-#pragma unroll
-            for (int s = 0; s < 8; ++s)
-              *reinterpret_cast<float2*>(tile + row * T::kBN + wn * 64 + s * 8 + 2 * q) =
-                  make_float2(acc[f][s][2 * h], acc[f][s][2 * h + 1]);
-          }
-        }
-    }
+    store_acc(tile);
     cluster_sync();  // every split's tile is written (release / acquire)
     if (split == 0) {
       constexpr int kC4 = T::kBN / 4;
@@ -326,43 +347,14 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
     }
     cluster_sync();  // the other splits keep their shared memory until split 0 has read it
     if (split != 0) return;
-    if (active) {
-#pragma unroll
-      for (int f = 0; f < FM; ++f)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = f * 16 + g8 + 8 * h;
-          if (row < rows) {
-#pragma unroll
-            for (int s = 0; s < 8; ++s) {
-              const float2 v = *reinterpret_cast<const float2*>(tile + row * T::kBN + wn * 64 + s * 8 + 2 * q);
-              acc[f][s][2 * h] = v.x;
-              acc[f][s][2 * h + 1] = v.y;
-            }
-          }
-        }
-    }
+    load_acc(tile);
   } else
 #endif
   // Split-K: publish the partial tile; the last block of the tile adds all partials in order.
   if (p.splits > 1) {
     const int tile_id = z * gridDim.x + nb;
     float* part = p.partials + int64_t(tile_id) * p.splits * (T::kBM * T::kBN);
-    if (active) {
-      float* mine = part + int64_t(split) * (T::kBM * T::kBN);
-#pragma unroll
-      for (int f = 0; f < FM; ++f)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = f * 16 + g8 + 8 * h;
-          if (row < rows) {
-#pragma unroll
-            for (int s = 0; s < 8; ++s)
-              *reinterpret_cast<float2*>(mine + row * T::kBN + wn * 64 + s * 8 + 2 * q) =
-                  make_float2(acc[f][s][2 * h], acc[f][s][2 * h + 1]);
-          }
-        }
-    }
+    store_acc(part + int64_t(split) * (T::kBM * T::kBN));
     __threadfence();
     __syncthreads();
     if (tid == 0) {
@@ -403,22 +395,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
       reinterpret_cast<float4*>(tile + r * T::kBN)[c4] = sum;
     }
     __syncthreads();
-    if (active) {
-#pragma unroll
-      for (int f = 0; f < FM; ++f)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = f * 16 + g8 + 8 * h;
-          if (row < rows) {
-#pragma unroll
-            for (int s = 0; s < 8; ++s) {
-              const float2 v = *reinterpret_cast<const float2*>(tile + row * T::kBN + wn * 64 + s * 8 + 2 * q);
-              acc[f][s][2 * h] = v.x;
-              acc[f][s][2 * h + 1] = v.y;
-            }
-          }
-        }
-    }
+    load_acc(tile);
   }
 
   // Epilogue of the finished tile.
