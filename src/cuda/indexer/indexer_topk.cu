@@ -315,6 +315,31 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
     }
   };
 
+  // The end of both paths: select among the n_play keys in play in shared memory (from digit
+  // `shift`, when `select`), take those at or above the select's prefix, sort the k taken keys
+  // and write their indices.
+  auto select_take_write = [&](int n_play, int shift, bool select) {
+    if (select) {
+      radix_select(
+          [&](const auto& f) {
+            for (int i0 = tid & ~31; i0 < n_play; i0 += kMergeThreads) {
+              const int i = i0 + (tid & 31);
+              f(i < n_play ? s_keys[i] : uint64_t(0));
+            }
+          },
+          shift, s_hist, &s_sel);
+    }
+    const uint64_t thr = s_sel.prefix;
+    for (int i0 = tid & ~31; i0 < n_play; i0 += kMergeThreads) {
+      const int i = i0 + (tid & 31);
+      const uint64_t key = i < n_play ? s_keys[i] : 0;
+      warp_append(key != 0 && key >= thr, key, s_take, &s_n_take, kMaxTopk);
+    }
+    __syncthreads();
+    sort_keys_desc(s_take, k);  // s_n_take == k
+    for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_take[i]) : -1;
+  };
+
   // Fast path: gather the keys >= T from the sorted lists' heads (see the file comment).
   if (k < n_cand) {
     if (tid < 32) {
@@ -361,24 +386,7 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
     }
     __syncthreads();
     if (s_n_play <= kMergeCap) {
-      const int n_play = s_n_play;
-      radix_select(
-          [&](const auto& f) {
-            for (int i0 = tid & ~31; i0 < n_play; i0 += kMergeThreads) {
-              const int i = i0 + (tid & 31);
-              f(i < n_play ? s_keys[i] : uint64_t(0));
-            }
-          },
-          56, s_hist, &s_sel);
-      const uint64_t take = s_sel.prefix;
-      for (int i0 = tid & ~31; i0 < n_play; i0 += kMergeThreads) {
-        const int i = i0 + (tid & 31);
-        const uint64_t key = i < n_play ? s_keys[i] : 0;
-        warp_append(key != 0 && key >= take, key, s_take, &s_n_take, kMaxTopk);
-      }
-      __syncthreads();
-      sort_keys_desc(s_take, k);  // s_n_take == k
-      for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_take[i]) : -1;
+      select_take_write(s_n_play, 56, true);
       return;
     }
     __syncthreads();  // too many ties around T: the general path below, from a fresh state
@@ -410,28 +418,7 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
     });
   }
   __syncthreads();
-  const int n_play = s_n_play < kMergeCap ? s_n_play : kMergeCap;
-  if (!done) {
-    radix_select(
-        [&](const auto& f) {
-          for (int i0 = tid & ~31; i0 < n_play; i0 += kMergeThreads) {
-            const int i = i0 + (tid & 31);
-            f(i < n_play ? s_keys[i] : uint64_t(0));
-          }
-        },
-        shift, s_hist, &s_sel);
-  }
-  {
-    const uint64_t thr = s_sel.prefix;
-    for (int i0 = tid & ~31; i0 < n_play; i0 += kMergeThreads) {
-      const int i = i0 + (tid & 31);
-      const uint64_t key = i < n_play ? s_keys[i] : 0;
-      warp_append(key != 0 && key >= thr, key, s_take, &s_n_take, kMaxTopk);
-    }
-  }
-  __syncthreads();
-  sort_keys_desc(s_take, k);  // s_n_take == k
-  for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_take[i]) : -1;
+  select_take_write(s_n_play < kMergeCap ? s_n_play : kMergeCap, shift, !done);
 }
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
