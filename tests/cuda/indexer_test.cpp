@@ -207,6 +207,28 @@ void run_topk(const std::vector<Row>& rows, int ws_max_tokens, int64_t ws_max_po
   EXPECT_EQ(bad_rows, 0);
 }
 
+// Mean time of one call over 20 back-to-back calls (CUDA events on the default stream), in us;
+// a failed call fails the test and reads as 0.
+double mean_call_us(const std::function<Status()>& launch) {
+  constexpr int kIters = 20;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaEventRecord(e0);
+  for (int i = 0; i < kIters; ++i) {
+    const Status st = launch();
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    if (!st.is_ok()) break;
+  }
+  cudaEventRecord(e1);
+  EXPECT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 1000.0 * ms / kIters;
+}
+
 // Position of a row with n_vis visible keys (any of the 4 positions that give it).
 int64_t pos_for(int64_t n_vis, int variant) { return 4 * n_vis - 1 + variant % 4; }
 
@@ -298,19 +320,7 @@ TEST(CudaIndexer, TopkTiming) {
     };
     DSV4_ASSERT_OK(launch());
     DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    constexpr int kIters = 20;
-    cudaEventRecord(e0);
-    for (int i = 0; i < kIters; ++i) DSV4_ASSERT_OK(launch());
-    cudaEventRecord(e1);
-    DSV4_ASSERT_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    const double us = 1000.0 * ms / kIters;
+    const double us = mean_call_us(launch);
     std::printf("[topk timing] %d row(s) x %lld keys: %.1f us per call (%.1f us per row)\n", T, (long long)c.n_vis, us,
                 us / T);
     if (T == 1 && c.n_vis == 65536) {
@@ -356,20 +366,8 @@ TEST(CudaIndexer, TopkSplitSweep) {
     std::sort(sel.begin(), sel.end());
     if (first.empty()) first = sel;
     EXPECT_EQ(sel, first) << splits << " splits per row select a different set";
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    constexpr int kIters = 20;
-    cudaEventRecord(e0);
-    for (int i = 0; i < kIters; ++i) DSV4_ASSERT_OK(launch());
-    cudaEventRecord(e1);
-    DSV4_ASSERT_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
     std::printf("[topk split sweep] 1 row x %lld keys, %d splits: %.1f us per call\n", (long long)kVis, splits,
-                1000.0 * ms / kIters);
+                mean_call_us(launch));
   }
 }
 
