@@ -4,7 +4,7 @@
 //          (decode the fp4 records to bf16 in shared memory, mma.sync m16n8k16 with the 64
 //          heads as M, then the reference's rounding chain and the head sum in head order) and
 //          keeps its own top-k of 64-bit (score, index) keys (a split of at most topk keys keeps
-//          them all without selecting), sorted descending;
+//          them all without selecting), sorted descending when the row has more than one split;
 //   merge: one block per row selects the global top-k from the splits' lists (only their valid
 //          entries). The lists' heads bound the k-th key from below: with the smallest c such
 //          that the lists' first min(c, count) keys number at least k, the least of those keys,
@@ -230,7 +230,9 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
   cut_candidates<kSplitCap / kSplitThreads>(buf, g.topk, s_hist, &s_sel);  // no-op when <= topk held
   // Sorted descending, so the merge can bound the row's k-th key from each list's head and read
   // only the heads of the lists (s_keys has room for the padding to a power of two: <= topk).
-  sort_keys_desc(s_keys, s_count);
+  // A row of one split (prefill chunks) holds at most topk keys: the merge takes them all, in
+  // any order, so the sort is skipped there.
+  if (g.n_splits > 1) sort_keys_desc(s_keys, s_count);
   const int n_out = s_count;
   uint64_t* out = g.cand + slot * g.ws_topk;
   for (int i = tid; i < n_out; i += kSplitThreads) out[i] = s_keys[i];
