@@ -212,7 +212,12 @@ constexpr int64_t kLdy = kHidden + 64;
 
 // Arguments of a batch of m rows: x [m, kHidden] and y [m, kLdy] (bf16 device buffers).
 MoeArgs moe_args(const DeviceBuffer& dx, const DeviceBuffer& dy, int m) {
-  const MoeArgs a = moe_args(dx, dy, m);
+  MoeArgs a;
+  a.x = dx.as<__nv_bfloat16>();
+  a.ldx = kHidden;
+  a.m = m;
+  a.y = dy.as<__nv_bfloat16>();
+  a.ldy = kLdy;
   return a;
 }
 
