@@ -1,7 +1,7 @@
 // arch.h: what the kernels need to know about the GPU, read once per device, and the one place
 // where the architecture decides anything. Every kernel family builds SM80-level code (mma.sync,
-// ldmatrix, cp.async) for sm_86 and sm_90; an SM90-only path, if one is ever added, is chosen in
-// gpu_arch() callers through this header and nowhere else.
+// ldmatrix, cp.async) for sm_86 and sm_90; SM90-only paths (PDL, clusters, wgmma) are chosen
+// through the predicates of this header and nowhere else.
 #pragma once
 
 #include <cstddef>
@@ -45,6 +45,17 @@ inline bool pdl_supported(const DeviceInfo& d) { return pdl_enabled() && d.arch 
 // Thread-block clusters with distributed shared memory (SM90): the W4A16 decode GEMM adds its
 // split-K partials through them instead of global memory (w4a16/decode_kernel.cuh).
 inline bool clusters_supported(const DeviceInfo& d) { return d.arch == GpuArch::kSm90; }
+
+// Warpgroup MMA (wgmma): the SM90 prefill path of the W4A16 GEMM (w4a16/wgmma_kernel.cu), which
+// exists only in builds that include sm_90a (DSV4_CUDA_ARCHS containing 90 defines DSV4_HAVE_SM90A).
+inline bool wgmma_supported(const DeviceInfo& d) {
+#if DSV4_HAVE_SM90A
+  return d.arch == GpuArch::kSm90;
+#else
+  (void)d;
+  return false;
+#endif
+}
 
 // pdl_supported() for the current device (current_device_info() is cached: cheap per launch).
 Result<bool> pdl_on_current_device();

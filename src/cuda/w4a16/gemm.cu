@@ -12,6 +12,14 @@
 namespace dsv4::cuda {
 namespace w4a16_detail {
 
+#if !DSV4_HAVE_SM90A
+// Built without sm_90a: the wgmma configuration does not exist (wgmma_supported() is false).
+Status query_gemm_wg128(GemmConfigInfo*) { return unimplemented("W4A16 config wg128: not built (no sm_90a)"); }
+Status launch_gemm_wg128(const GemmKernelArgs&, dim3, size_t, cudaStream_t, bool) {
+  return unimplemented("W4A16 config wg128: not built (no sm_90a)");
+}
+#endif
+
 namespace {
 constexpr int kMaxDevices = 64;
 std::mutex g_mu;
@@ -27,6 +35,7 @@ Status query(GemmConfig cfg, GemmConfigInfo* info) {
     case GemmConfig::kD32N256: return query_gemm_d32n256(info);
     case GemmConfig::kM64: return query_gemm_m64(info);
     case GemmConfig::kM128: return query_gemm_m128(info);
+    case GemmConfig::kWg128: return query_gemm_wg128(info);
   }
   return internal_error("unknown GEMM config {}", int(cfg));
 }
@@ -255,6 +264,7 @@ Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, size_t
     case GemmConfig::kD32N256: return launch_gemm_d32n256(args, grid, smem, stream, pdl);
     case GemmConfig::kM64: return launch_gemm_m64(args, grid, smem, stream, pdl);
     case GemmConfig::kM128: return launch_gemm_m128(args, grid, smem, stream, pdl);
+    case GemmConfig::kWg128: return launch_gemm_wg128(args, grid, smem, stream, pdl);
   }
   return internal_error("unknown GEMM config {}", int(cfg));
 }
@@ -272,6 +282,7 @@ const char* w4a16_config_name(int config) {
     case GemmConfig::kD32N256: return "d32n256";
     case GemmConfig::kM64: return "m64";
     case GemmConfig::kM128: return "m128";
+    case GemmConfig::kWg128: return "wg128";
   }
   return "?";
 }
@@ -291,6 +302,17 @@ Result<GemmLaunch> plan_dense_launch(int m, int n, int k, const W4A16WorkspaceVi
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
   const double weight_bytes = double(w4a16_qweight_bytes(n, k) + w4a16_scales_bytes(n, k));
   if (m <= 32) return choose_decode_launch(m, n, k, weight_bytes, *dev, ws.partial_floats, ws.n_counters);
+  // SM90: the wgmma kernel once its 128 x 128 output tiles alone fill every SM (it has no
+  // split-K); smaller grids stay on the portable kernels, which can split K.
+  if (wgmma_supported(*dev) && int64_t((m + 127) / 128) * ((n + 127) / 128) >= dev->n_sms) {
+    DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(GemmConfig::kWg128));
+    GemmLaunch l;
+    l.cfg = GemmConfig::kWg128;
+    if (!complete_launch(&l, ci, (m + ci.block_m - 1) / ci.block_m, std::min(m, ci.block_m), n, k, *dev))
+      return internal_error("w4a16 GEMM: wgmma launch M={} N={} K={} does not fit", m, n, k);
+    l.pdl = use_pdl(int64_t(l.grid.x) * l.grid.y * l.grid.z, 1, ci, *dev);
+    return l;
+  }
   GemmConfig cfg = choose_tiled_config(m);
   // 128-row tiles of a narrow N give too few blocks (wo_b at M = 256: 32); below half the SMs,
   // 64-row tiles, which can also split K, are faster (H200: 168 vs 232 us there; at 128 blocks,

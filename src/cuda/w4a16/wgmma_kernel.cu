@@ -1,0 +1,268 @@
+// wgmma_kernel.cu: the SM90 prefill path of the dense W4A16 GEMM, built for sm_90a only (the
+// warpgroup MMA instructions exist nowhere else; src/cuda/CMakeLists.txt compiles this file on
+// its own). The portable m64/m128 kernels (gemm_kernel.cuh) issue mma.sync, which on Hopper
+// reaches about 0.37x of cuBLAS BF16 at M = 4096 (bench/results/w4a16_h200.md); wgmma is the
+// rest of the tensor cores. Chosen in one place: plan_dense_launch() through wgmma_supported().
+//
+// One block: 2 warpgroups x 64 output columns (one packed 64-column tile each) x 128 rows of x.
+// The weights are wgmma's A operand (64 x k16, from registers): a lane's 16-byte word of a
+// packed k16 slice holds, in word w, the mma.sync B fragments of columns 16 w .. 16 w + 15,
+// which are exactly the A fragment of warp w of the warpgroup (rows g and g + 8, k 2t.. and
+// 2t + 8..), so the decode kernels' repacked layout serves both. The rows of x are the B operand
+// (k16 x 128, K-major) in shared memory with the 128-byte swizzle, one 64-k half per region.
+// Per 128-k group (one pipeline stage): dequantize the 8 k16 slices exactly (q - 8 in bf16),
+// 8 wgmmas into a group accumulator, then acc += scale * group (fp32; the fp16 scales stay
+// exact, as in the other kernels). cp.async feeds a 4-stage ring; split-K is not offered (the
+// planner uses this kernel only when the output tiles alone fill the GPU).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/pdl.cuh"
+#include "cuda/w4a16/gemm_internal.h"
+#include "cuda/w4a16/ptx.cuh"
+
+namespace dsv4::cuda::w4a16_detail {
+namespace {
+
+constexpr int kCols = 128;                 // output columns per block (2 warpgroups x 64)
+constexpr int kRows = 128;                 // rows of x per block: the wgmma N
+constexpr int kStages = 4;
+constexpr int kThreads = 256;
+constexpr int kHalfBytes = kRows * 128;    // one 64-k half of the x tile: [128 rows][128 B], swizzled
+constexpr int kActBytes = 2 * kHalfBytes;  // 32 KB
+constexpr int kWBytes = 2 * 8 * 512;       // two 64-column tiles x 8 k16 slices x 32 lanes x 16 B
+constexpr int kSBytes = 2 * 128;           // two tiles' 64 fp16 scales
+constexpr int kStageBytes = (kActBytes + kWBytes + kSBytes + 1023) / 1024 * 1024;  // x regions stay 1024-aligned
+constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack to align the dynamic smem base
+constexpr int kOutStride = kCols + 8;      // bf16 per staged output row: 272 B apart, few bank conflicts
+static_assert(kRows * kOutStride * 2 <= kStages * kStageBytes, "the output tile reuses the ring");
+
+// Shared-memory matrix descriptor of a K-major operand with the 128-byte swizzle: 8-row groups of
+// 128-byte rows lie 1024 bytes apart (stride byte offset); the leading byte offset is unused for
+// this layout. Advancing the start address by 32 bytes steps one k16 slice within the 64-k row.
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Keeps the compiler from moving reads of wgmma results above the wait (the asm that wrote them
+// is the last thing it sees them depend on).
+__device__ __forceinline__ void fence_operands(float (&r)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// Generic-proxy writes (cp.async, st.shared) become visible to wgmma's async-proxy reads.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// d[64 x 128 fp32 fragment] (+)= a[64 x 16 bf16, registers] * B[16 x 128 bf16, smem descriptor].
+// Accumulator of warp w, lane (g, t): d[4 j + e] at (row 16 w + g, col 8 j + 2 t + e), d[4 j + 2 + e]
+// at row 16 w + g + 8. accumulate == 0 overwrites d.
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc,
+                                                 int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, "
+      "%40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %69, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc));
+}
+
+// Position of column c (0..63) of a packed 64-column tile's scales: column 8 s + 2 q + e is
+// stored at q * 16 + 2 s + e (ptx.cuh, load_scales).
+__device__ __forceinline__ int scale_pos(int c) { return ((c & 7) >> 1) * 16 + (c >> 3) * 2 + (c & 1); }
+
+__global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKernelArgs p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;  // the swizzle works on absolute address bits
+  unsigned char* smem = smem_raw + pad;
+  const uint32_t sbase = raw + pad;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, wi = warp & 3;
+  const int n_tiles64 = p.n >> 6, kg = p.k >> 7;
+  const int row_begin = blockIdx.z * kRows;
+  const int rows = min(kRows, p.m - row_begin);
+  const int nt = blockIdx.x * 2 + wg;  // this warpgroup's 64-column tile
+  const bool tile_ok = nt < n_tiles64;
+
+  // x: 128 rows x 16 chunks of 16 B (two 64-k halves x 8); a thread copies chunk tid % 16 of rows
+  // tid / 16 + 16 j. Rows 16 j apart share r & 7, so one swizzled offset serves all eight.
+  const int c16 = tid & 15, r0 = tid >> 4;
+  const uint32_t a_dst0 = (c16 >> 3) * kHalfBytes + r0 * 128 + (((c16 & 7) ^ (r0 & 7)) << 4);
+  const __nv_bfloat16* a_src0 = p.a + int64_t(row_begin + r0) * p.lda + c16 * 8;
+  const int64_t a_step = 16 * p.lda;
+  const int a_valid = rows > r0 ? (rows - r0 + 15) / 16 : 0;  // copies j < a_valid have a row
+  // Weights: 2 tiles x 8 slices x 32 lanes of 16 B; thread tid copies entry tid of both tiles.
+  const uint4* w_src[2];
+  bool w_ok[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int ntj = blockIdx.x * 2 + j;
+    w_ok[j] = ntj < n_tiles64;
+    w_src[j] = p.w + (w_ok[j] ? int64_t(ntj) * (p.k >> 4) * 32 + tid : 0);
+  }
+  // Scales: 2 tiles x 8 chunks of 16 B.
+  const bool s_thread = tid < 16;
+  const int s_tile = blockIdx.x * 2 + (tid >> 3);
+  const bool s_ok = s_thread && s_tile < n_tiles64;
+  const __half* s_src = p.s + (s_ok ? int64_t(s_tile) * kg * 64 + (tid & 7) * 8 : 0);
+
+  // Rows past the block's valid rows are zeroed once in every slot and never copied.
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    if (j >= a_valid)
+#pragma unroll
+      for (int st = 0; st < kStages; ++st)
+        *reinterpret_cast<uint4*>(smem + st * kStageBytes + a_dst0 + j * 2048) = make_uint4(0, 0, 0, 0);
+
+  auto load_w = [&](int g) {
+    const uint32_t base = sbase + (g % kStages) * kStageBytes + kActBytes;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) cp_async16(base + j * 4096 + tid * 16, w_src[j] + g * 256, w_ok[j]);
+    if (s_thread) cp_async16(base + kWBytes + tid * 16, s_src + (s_ok ? g * 64 : 0), s_ok);
+  };
+  auto load_x = [&](int g) {
+    const uint32_t base = sbase + (g % kStages) * kStageBytes + a_dst0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      if (j < a_valid) cp_async16(base + j * 2048, a_src0 + j * a_step + g * 128, true);
+  };
+
+  // Prologue: the first groups' weights before the dependency on the previous kernel, then x.
+#pragma unroll
+  for (int g = 0; g < kStages - 1; ++g)
+    if (g < kg) load_w(g);
+  pdl_wait();
+#pragma unroll
+  for (int g = 0; g < kStages - 1; ++g) {
+    if (g < kg) load_x(g);
+    cp_async_commit();
+  }
+
+  float acc[64], gacc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  const int g8 = lane >> 2;
+  const int pos0 = scale_pos(16 * wi + g8), pos1 = scale_pos(16 * wi + 8 + g8);
+
+  for (int g = 0; g < kg; ++g) {
+    cp_async_wait<kStages - 2>();
+    fence_proxy_async();
+    __syncthreads();  // group g landed for every thread; the slot of group g - 1 is free
+    if (g + kStages - 1 < kg) {
+      load_w(g + kStages - 1);
+      load_x(g + kStages - 1);
+    }
+    cp_async_commit();
+    if (!tile_ok) continue;  // warpgroup-uniform: N % 128 == 64 leaves the second tile empty
+
+    const unsigned char* stage = smem + (g % kStages) * kStageBytes;
+    const uint32_t x_smem = sbase + (g % kStages) * kStageBytes;
+    const uint32_t* w_smem = reinterpret_cast<const uint32_t*>(stage + kActBytes + wg * 4096);
+    uint32_t a[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      uint32_t o[4];
+      dequant_word(w_smem[(j * 32 + lane) * 4 + wi], o);
+      a[j][0] = o[0];  // row g, k 2t..2t+1
+      a[j][1] = o[2];  // row g + 8
+      a[j][2] = o[1];  // row g, k 2t+8..
+      a[j][3] = o[3];
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < 8; ++j) wgmma_m64n128k16(gacc, a[j], desc_sw128(x_smem + (j >> 2) * kHalfBytes + (j & 3) * 32), j);
+    wgmma_commit();
+    const __half* sc = reinterpret_cast<const __half*>(stage + kActBytes + kWBytes + wg * 128);
+    const float s0 = __half2float(sc[pos0]), s1 = __half2float(sc[pos1]);
+    wgmma_wait_all();
+    fence_operands(gacc);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = fmaf((i & 2) ? s1 : s0, gacc[i], acc[i]);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the ring is free: stage the bf16 tile as [row][column] for wide stores
+
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(smem);
+  if (tile_ok) {
+    const int t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int row = 8 * (i >> 2) + 2 * t + (i & 1);
+      const int col = wg * 64 + 16 * wi + g8 + ((i & 2) ? 8 : 0);
+      out[row * kOutStride + col] = __float2bfloat16_rn(acc[i]);
+    }
+  }
+  __syncthreads();
+  const int col0 = blockIdx.x * kCols;
+  const bool wide = (p.ldc % 8 == 0) && (reinterpret_cast<uintptr_t>(p.c) & 15) == 0;
+  for (int idx = tid; idx < rows * (kCols / 8); idx += kThreads) {
+    const int r = idx >> 4, ch = idx & 15, col = col0 + ch * 8;
+    if (col >= p.n) continue;
+    const uint4 v = *reinterpret_cast<const uint4*>(out + r * kOutStride + ch * 8);
+    __nv_bfloat16* dst = p.c + int64_t(row_begin + r) * p.ldc + col;
+    if (wide) {
+      *reinterpret_cast<uint4*>(dst) = v;
+    } else {
+      uint32_t* d32 = reinterpret_cast<uint32_t*>(dst);
+      d32[0] = v.x;
+      d32[1] = v.y;
+      d32[2] = v.z;
+      d32[3] = v.w;
+    }
+  }
+#endif
+}
+
+}  // namespace
+
+Status query_gemm_wg128(GemmConfigInfo* info) {
+  auto* kernel = &w4a16_wgmma_kernel;
+  DSV4_RETURN_IF_ERROR(
+      cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
+                  "cudaFuncSetAttribute(wg128)"));
+  int blocks = 0;
+  DSV4_RETURN_IF_ERROR(
+      cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, kSmemBytes),
+                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor(wg128)"));
+  GemmConfigInfo ci;
+  ci.block_m = kRows;
+  ci.block_n = kCols;
+  ci.threads = kThreads;
+  ci.smem_bytes = kSmemBytes;
+  ci.blocks_per_sm = blocks;
+  ci.split_k = false;
+  *info = ci;
+  return Status::ok();
+}
+
+Status launch_gemm_wg128(const GemmKernelArgs& args, dim3 grid, size_t /*smem: fixed*/, cudaStream_t stream,
+                         bool pdl) {
+  if (args.mode != GemmMode::kDense || args.splits != 1)
+    return internal_error("w4a16 wg128: dense launches without split-K only (mode {}, splits {})", int(args.mode),
+                          args.splits);
+  return launch_kernel(&w4a16_wgmma_kernel, grid, dim3(kThreads), size_t(kSmemBytes), stream, pdl, args,
+                       "w4a16_wgmma_kernel(wg128)");
+}
+
+}  // namespace dsv4::cuda::w4a16_detail
