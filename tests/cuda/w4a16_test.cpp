@@ -355,11 +355,12 @@ TEST(W4A16Prefill, WgmmaLaunchesMatchExactReference) {
   auto dev = current_device_info();
   DSV4_ASSERT_OK(dev.status());
   if (!wgmma_supported(**dev)) GTEST_SKIP() << "no wgmma on " << (*dev)->name << " or not built for sm_90a";
-  auto ci = gemm_config_info(GemmConfig::kWg128);
-  DSV4_ASSERT_OK(ci.status());
   std::vector<ShapeSpec> shapes = {flash_shapes()[0], flash_shapes()[1], flash_shapes()[3], flash_shapes()[6]};
   shapes.push_back(ShapeSpec{"n192", 192, 384, {PackedPart{HostGptq{31, 192, 384, default_scales()}, RepackPlacement::concat(0)}}});
+  for (const GemmConfig cfg : {GemmConfig::kWg128, GemmConfig::kWg256})
   for (const ShapeSpec& sh : shapes) {
+    auto ci = gemm_config_info(cfg);
+    DSV4_ASSERT_OK(ci.status());
     ShapeData& d = shape_data(sh);
     for (int m : {1, 77, 128, 300, 1024}) {
       for (const int64_t ldy : {int64_t(sh.n), int64_t(sh.n) + 2}) {
@@ -368,7 +369,7 @@ TEST(W4A16Prefill, WgmmaLaunchesMatchExactReference) {
         DeviceBuffer dx = upload_vector(to_bf16(x));
         DeviceBuffer dy = device_alloc(size_t(m) * size_t(ldy) * 2);
         GemmLaunch l;
-        l.cfg = GemmConfig::kWg128;
+        l.cfg = cfg;
         ASSERT_TRUE(complete_launch(&l, *ci, (m + ci->block_m - 1) / ci->block_m, std::min(m, ci->block_m), sh.n,
                                     sh.k, **dev));
         l.pdl = pdl_supported(**dev);
@@ -399,12 +400,13 @@ TEST(W4A16Prefill, WgmmaLaunchesMatchExactReference) {
         }
         EXPECT_EQ(guard_touched, 0) << sh.name << " M=" << m << " ldy=" << ldy << ": wrote past column N";
         const CompareResult cr = compare(gpu.data(), ref.data(), tol.data(), int64_t(gpu.size()));
-        EXPECT_TRUE(cr.ok(1e-5)) << sh.name << " M=" << m << " ldy=" << ldy << " wg128: " << cr.summary();
+        EXPECT_TRUE(cr.ok(1e-5)) << sh.name << " M=" << m << " ldy=" << ldy << " " << w4a16_config_name(int(cfg)) << ": "
+                                 << cr.summary();
         DSV4_ASSERT_OK(launch_dense(a, l, workspace(), nullptr));
         DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
         EXPECT_EQ(download<uint16_t>(dy.get(), size_t(m) * size_t(ldy)), y) << sh.name << " M=" << m << ": not deterministic";
-        std::printf("[ wgmma ] %-9s M=%-5d ldy=%-6lld max|d|/tol=%.3f nmse=%.2e\n", sh.name.c_str(), m,
-                    static_cast<long long>(ldy), cr.max_ratio, cr.nmse);
+        std::printf("[ wgmma ] %-5s %-9s M=%-5d ldy=%-6lld max|d|/tol=%.3f nmse=%.2e\n", w4a16_config_name(int(cfg)),
+                    sh.name.c_str(), m, static_cast<long long>(ldy), cr.max_ratio, cr.nmse);
       }
     }
   }

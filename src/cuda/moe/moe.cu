@@ -156,8 +156,8 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
                   int f_stages) -> Result<GemmLaunch> {
     const int tile_rows = std::min(m, block_m);
     if (forced) {
-      if (f_cfg < 0 || f_cfg >= kNumGemmConfigs || GemmConfig(f_cfg) == GemmConfig::kWg128)
-        return invalid_argument("moe_forward: diagnostic config {} (the MoE runs configs 0..{}; wg128 is dense only)",
+      if (f_cfg < 0 || f_cfg > int(GemmConfig::kM128))
+        return invalid_argument("moe_forward: diagnostic config {} (the MoE runs configs 0..{}; wg* are dense only)",
                                 f_cfg, int(GemmConfig::kM128));
       DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(GemmConfig(f_cfg)));
       GemmLaunch l;

@@ -13,10 +13,14 @@ namespace dsv4::cuda {
 namespace w4a16_detail {
 
 #if !DSV4_HAVE_SM90A
-// Built without sm_90a: the wgmma configuration does not exist (wgmma_supported() is false).
+// Built without sm_90a: the wgmma configurations do not exist (wgmma_supported() is false).
 Status query_gemm_wg128(GemmConfigInfo*) { return unimplemented("W4A16 config wg128: not built (no sm_90a)"); }
 Status launch_gemm_wg128(const GemmKernelArgs&, dim3, size_t, cudaStream_t, bool) {
   return unimplemented("W4A16 config wg128: not built (no sm_90a)");
+}
+Status query_gemm_wg256(GemmConfigInfo*) { return unimplemented("W4A16 config wg256: not built (no sm_90a)"); }
+Status launch_gemm_wg256(const GemmKernelArgs&, dim3, size_t, cudaStream_t, bool) {
+  return unimplemented("W4A16 config wg256: not built (no sm_90a)");
 }
 #endif
 
@@ -36,6 +40,7 @@ Status query(GemmConfig cfg, GemmConfigInfo* info) {
     case GemmConfig::kM64: return query_gemm_m64(info);
     case GemmConfig::kM128: return query_gemm_m128(info);
     case GemmConfig::kWg128: return query_gemm_wg128(info);
+    case GemmConfig::kWg256: return query_gemm_wg256(info);
   }
   return internal_error("unknown GEMM config {}", int(cfg));
 }
@@ -265,6 +270,7 @@ Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, size_t
     case GemmConfig::kM64: return launch_gemm_m64(args, grid, smem, stream, pdl);
     case GemmConfig::kM128: return launch_gemm_m128(args, grid, smem, stream, pdl);
     case GemmConfig::kWg128: return launch_gemm_wg128(args, grid, smem, stream, pdl);
+    case GemmConfig::kWg256: return launch_gemm_wg256(args, grid, smem, stream, pdl);
   }
   return internal_error("unknown GEMM config {}", int(cfg));
 }
@@ -283,6 +289,7 @@ const char* w4a16_config_name(int config) {
     case GemmConfig::kM64: return "m64";
     case GemmConfig::kM128: return "m128";
     case GemmConfig::kWg128: return "wg128";
+    case GemmConfig::kWg256: return "wg256";
   }
   return "?";
 }
@@ -302,12 +309,15 @@ Result<GemmLaunch> plan_dense_launch(int m, int n, int k, const W4A16WorkspaceVi
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
   const double weight_bytes = double(w4a16_qweight_bytes(n, k) + w4a16_scales_bytes(n, k));
   if (m <= 32) return choose_decode_launch(m, n, k, weight_bytes, *dev, ws.partial_floats, ws.n_counters);
-  // SM90: the wgmma kernel once its 128 x 128 output tiles alone fill every SM (it has no
-  // split-K); smaller grids stay on the portable kernels, which can split K.
-  if (wgmma_supported(*dev) && int64_t((m + 127) / 128) * ((n + 127) / 128) >= dev->n_sms) {
-    DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(GemmConfig::kWg128));
+  // SM90: the wgmma kernels once their output tiles alone fill every SM (they have no split-K),
+  // the wider tile first (it reads x from L2 half as often per FLOP); smaller grids stay on the
+  // portable kernels, which can split K.
+  const int64_t row_blocks128 = (m + 127) / 128;
+  const GemmConfig wg_cfg = row_blocks128 * ((n + 255) / 256) >= dev->n_sms ? GemmConfig::kWg256 : GemmConfig::kWg128;
+  if (wgmma_supported(*dev) && row_blocks128 * ((n + 127) / 128) >= dev->n_sms) {
+    DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(wg_cfg));
     GemmLaunch l;
-    l.cfg = GemmConfig::kWg128;
+    l.cfg = wg_cfg;
     if (!complete_launch(&l, ci, (m + ci.block_m - 1) / ci.block_m, std::min(m, ci.block_m), n, k, *dev))
       return internal_error("w4a16 GEMM: wgmma launch M={} N={} K={} does not fit", m, n, k);
     l.pdl = use_pdl(int64_t(l.grid.x) * l.grid.y * l.grid.z, 1, ci, *dev);

@@ -78,8 +78,9 @@ enum class GemmConfig : int {
   kM128 = 6,     // prefill: BM 128, BN 256, 8 warps (2 x 4), warp tile 64 x 64, BK 64, 4 stages
   kWg128 = 7,    // SM90a prefill (wgmma_kernel.cu): 128 rows x 128 columns, 2 warpgroups, dense only,
                  // no split-K; exists where wgmma_supported() (common/arch.h)
+  kWg256 = 8,    // SM90a prefill: 128 rows x 256 columns (2 tiles per warpgroup), as kWg128
 };
-inline constexpr int kNumGemmConfigs = 8;
+inline constexpr int kNumGemmConfigs = 9;
 inline constexpr int kNumDecodeConfigs = 5;  // configs 0 .. 4
 inline bool is_decode_config(GemmConfig c) { return int(c) < kNumDecodeConfigs; }
 
@@ -109,7 +110,8 @@ DSV4_DECLARE_GEMM_CONFIG(d32n128)
 DSV4_DECLARE_GEMM_CONFIG(d32n256)
 DSV4_DECLARE_GEMM_CONFIG(m64)
 DSV4_DECLARE_GEMM_CONFIG(m128)
-DSV4_DECLARE_GEMM_CONFIG(wg128)  // defined in wgmma_kernel.cu, or as stubs when sm_90a is not built
+DSV4_DECLARE_GEMM_CONFIG(wg128)  // wg128, wg256: defined in wgmma_kernel.cu, or as stubs
+DSV4_DECLARE_GEMM_CONFIG(wg256)  // (gemm.cu) when sm_90a is not built
 #undef DSV4_DECLARE_GEMM_CONFIG
 
 // Cached GemmConfigInfo of `cfg` on the current device.

@@ -4,16 +4,18 @@
 // reaches about 0.37x of cuBLAS BF16 at M = 4096 (bench/results/w4a16_h200.md); wgmma is the
 // rest of the tensor cores. Chosen in one place: plan_dense_launch() through wgmma_supported().
 //
-// One block: 2 warpgroups x 64 output columns (one packed 64-column tile each) x 128 rows of x.
-// The weights are wgmma's A operand (64 x k16, from registers): a lane's 16-byte word of a
-// packed k16 slice holds, in word w, the mma.sync B fragments of columns 16 w .. 16 w + 15,
-// which are exactly the A fragment of warp w of the warpgroup (rows g and g + 8, k 2t.. and
-// 2t + 8..), so the decode kernels' repacked layout serves both. The rows of x are the B operand
-// (k16 x 128, K-major) in shared memory with the 128-byte swizzle, one 64-k half per region.
-// Per 128-k group (one pipeline stage): dequantize the 8 k16 slices exactly (q - 8 in bf16),
-// 8 wgmmas into a group accumulator, then acc += scale * group (fp32; the fp16 scales stay
-// exact, as in the other kernels). cp.async feeds a 4-stage ring; split-K is not offered (the
-// planner uses this kernel only when the output tiles alone fill the GPU).
+// One block: 2 warpgroups x TPW packed 64-column tiles each x 128 rows of x (wg128: TPW 1,
+// wg256: TPW 2; the wider block reads x from L2 half as often per FLOP, which is what limits the
+// narrow one). The weights are wgmma's A operand (64 x k16, from registers): a lane's 16-byte
+// word of a packed k16 slice holds, in word w, the mma.sync B fragments of columns 16 w ..
+// 16 w + 15, which are exactly the A fragment of warp w of the warpgroup (rows g and g + 8, k
+// 2t.. and 2t + 8..), so the decode kernels' repacked layout serves both. The rows of x are the
+// B operand (k16 x 128, K-major) in shared memory with the 128-byte swizzle, one 64-k half per
+// region. Per k16 slice: dequantize exactly (q - 8 in bf16) while the previous slice's wgmmas
+// run. Scales stay exact in fp32: the accumulator is kept in units of the current group's scale
+// (at a group change acc *= s_prev / s_new, at the end acc *= s_last), as in the m128 kernel.
+// cp.async feeds a 4-stage ring of whole 128-k groups;
+// no split-K (the planner uses these kernels only when the output tiles alone fill the GPU).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -26,18 +28,24 @@
 namespace dsv4::cuda::w4a16_detail {
 namespace {
 
-constexpr int kCols = 128;                 // output columns per block (2 warpgroups x 64)
 constexpr int kRows = 128;                 // rows of x per block: the wgmma N
 constexpr int kStages = 4;
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;              // 2 warpgroups
 constexpr int kHalfBytes = kRows * 128;    // one 64-k half of the x tile: [128 rows][128 B], swizzled
 constexpr int kActBytes = 2 * kHalfBytes;  // 32 KB
-constexpr int kWBytes = 2 * 8 * 512;       // two 64-column tiles x 8 k16 slices x 32 lanes x 16 B
-constexpr int kSBytes = 2 * 128;           // two tiles' 64 fp16 scales
-constexpr int kStageBytes = (kActBytes + kWBytes + kSBytes + 1023) / 1024 * 1024;  // x regions stay 1024-aligned
-constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack to align the dynamic smem base
-constexpr int kOutStride = kCols + 8;      // bf16 per staged output row: 272 B apart, few bank conflicts
-static_assert(kRows * kOutStride * 2 <= kStages * kStageBytes, "the output tile reuses the ring");
+constexpr int kTileWBytes = 8 * 512;       // one 64-column tile's k16 slices x 32 lanes x 16 B
+// Per configuration (TPW 64-column tiles per warpgroup).
+template <int TPW>
+struct WgTraits {
+  static constexpr int kTiles = 2 * TPW;
+  static constexpr int kCols = 64 * kTiles;
+  static constexpr int kWBytes = kTiles * kTileWBytes;
+  static constexpr int kSBytes = kTiles * 128;  // 64 fp16 scales per tile
+  static constexpr int kStageBytes = (kActBytes + kWBytes + kSBytes + 1023) / 1024 * 1024;  // x stays 1024-aligned
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack to align the dynamic smem base
+  static constexpr int kOutStride = kCols + 8;  // bf16 per staged output row: few bank conflicts
+  static_assert(kRows * kOutStride * 2 <= kStages * kStageBytes, "the output tile reuses the ring");
+};
 
 // Shared-memory matrix descriptor of a K-major operand with the 128-byte swizzle: 8-row groups of
 // 128-byte rows lie 1024 bytes apart (stride byte offset); the leading byte offset is unused for
@@ -47,7 +55,6 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 // Keeps the compiler from moving reads of wgmma results above the wait (the asm that wrote them
 // is the last thing it sees them depend on).
 __device__ __forceinline__ void fence_operands(float (&r)[64]) {
@@ -89,8 +96,15 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t 
 // stored at q * 16 + 2 s + e (ptx.cuh, load_scales).
 __device__ __forceinline__ int scale_pos(int c) { return ((c & 7) >> 1) * 16 + (c >> 3) * 2 + (c & 1); }
 
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+template <int TPW>
 __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKernelArgs p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using T = WgTraits<TPW>;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;  // the swizzle works on absolute address bits
@@ -98,12 +112,13 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
   const uint32_t sbase = raw + pad;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wg = warp >> 2, wi = warp & 3;
+  const int wg = warp >> 2, wi = warp & 3, g8 = lane >> 2;
   const int n_tiles64 = p.n >> 6, kg = p.k >> 7;
   const int row_begin = blockIdx.z * kRows;
   const int rows = min(kRows, p.m - row_begin);
-  const int nt = blockIdx.x * 2 + wg;  // this warpgroup's 64-column tile
-  const bool tile_ok = nt < n_tiles64;
+  const int tile0 = blockIdx.x * T::kTiles;  // first 64-column tile of the block
+  // This warpgroup's tiles tile0 + wg TPW + i; the valid ones are a prefix (warpgroup-uniform).
+  const int my_tiles = max(0, min(TPW, n_tiles64 - tile0 - wg * TPW));
 
   // x: 128 rows x 16 chunks of 16 B (two 64-k halves x 8); a thread copies chunk tid % 16 of rows
   // tid / 16 + 16 j. Rows 16 j apart share r & 7, so one swizzled offset serves all eight.
@@ -112,20 +127,18 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
   const __nv_bfloat16* a_src0 = p.a + int64_t(row_begin + r0) * p.lda + c16 * 8;
   const int64_t a_step = 16 * p.lda;
   const int a_valid = rows > r0 ? (rows - r0 + 15) / 16 : 0;  // copies j < a_valid have a row
-  // Weights: 2 tiles x 8 slices x 32 lanes of 16 B; thread tid copies entry tid of both tiles.
-  const uint4* w_src[2];
-  bool w_ok[2];
+  // Weights: kTiles tiles x 256 entries of 16 B (8 slices x 32 lanes); thread tid copies entry tid.
+  const uint4* w_src[T::kTiles];
+  bool w_ok[T::kTiles];
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int ntj = blockIdx.x * 2 + j;
-    w_ok[j] = ntj < n_tiles64;
-    w_src[j] = p.w + (w_ok[j] ? int64_t(ntj) * (p.k >> 4) * 32 + tid : 0);
+  for (int j = 0; j < T::kTiles; ++j) {
+    w_ok[j] = tile0 + j < n_tiles64;
+    w_src[j] = p.w + (w_ok[j] ? int64_t(tile0 + j) * (p.k >> 4) * 32 + tid : 0);
   }
-  // Scales: 2 tiles x 8 chunks of 16 B.
-  const bool s_thread = tid < 16;
-  const int s_tile = blockIdx.x * 2 + (tid >> 3);
-  const bool s_ok = s_thread && s_tile < n_tiles64;
-  const __half* s_src = p.s + (s_ok ? int64_t(s_tile) * kg * 64 + (tid & 7) * 8 : 0);
+  // Scales: kTiles tiles x 8 chunks of 16 B.
+  const bool s_thread = tid < T::kTiles * 8;
+  const bool s_ok = s_thread && tile0 + (tid >> 3) < n_tiles64;
+  const __half* s_src = p.s + (s_ok ? int64_t(tile0 + (tid >> 3)) * kg * 64 + (tid & 7) * 8 : 0);
 
   // Rows past the block's valid rows are zeroed once in every slot and never copied.
 #pragma unroll
@@ -133,16 +146,16 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
     if (j >= a_valid)
 #pragma unroll
       for (int st = 0; st < kStages; ++st)
-        *reinterpret_cast<uint4*>(smem + st * kStageBytes + a_dst0 + j * 2048) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(smem + st * T::kStageBytes + a_dst0 + j * 2048) = make_uint4(0, 0, 0, 0);
 
   auto load_w = [&](int g) {
-    const uint32_t base = sbase + (g % kStages) * kStageBytes + kActBytes;
+    const uint32_t base = sbase + (g % kStages) * T::kStageBytes + kActBytes;
 #pragma unroll
-    for (int j = 0; j < 2; ++j) cp_async16(base + j * 4096 + tid * 16, w_src[j] + g * 256, w_ok[j]);
-    if (s_thread) cp_async16(base + kWBytes + tid * 16, s_src + (s_ok ? g * 64 : 0), s_ok);
+    for (int j = 0; j < T::kTiles; ++j) cp_async16(base + j * kTileWBytes + tid * 16, w_src[j] + g * 256, w_ok[j]);
+    if (s_thread) cp_async16(base + T::kWBytes + tid * 16, s_src + (s_ok ? g * 64 : 0), s_ok);
   };
   auto load_x = [&](int g) {
-    const uint32_t base = sbase + (g % kStages) * kStageBytes + a_dst0;
+    const uint32_t base = sbase + (g % kStages) * T::kStageBytes + a_dst0;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
       if (j < a_valid) cp_async16(base + j * 2048, a_src0 + j * a_step + g * 128, true);
@@ -159,67 +172,96 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
     cp_async_commit();
   }
 
-  float acc[64], gacc[64];
+  float acc[TPW][64];
+  float s_cur[TPW][2];  // scale of rows g and g + 8 of each tile that acc is expressed in
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-  const int g8 = lane >> 2;
-  const int pos0 = scale_pos(16 * wi + g8), pos1 = scale_pos(16 * wi + 8 + g8);
+  for (int t = 0; t < TPW; ++t) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[t][i] = 0.0f;
+    s_cur[t][0] = s_cur[t][1] = 1.0f;
+  }
+  const int pos[2] = {scale_pos(16 * wi + g8), scale_pos(16 * wi + 8 + g8)};
 
   for (int g = 0; g < kg; ++g) {
+    wgmma_wait<0>();  // this warpgroup's wgmmas of group g - 1 are done: acc is readable
     cp_async_wait<kStages - 2>();
     fence_proxy_async();
-    __syncthreads();  // group g landed for every thread; the slot of group g - 1 is free
+    __syncthreads();  // group g landed for every thread; every wgmma of group g - 1 is done
     if (g + kStages - 1 < kg) {
       load_w(g + kStages - 1);
       load_x(g + kStages - 1);
     }
     cp_async_commit();
-    if (!tile_ok) continue;  // warpgroup-uniform: N % 128 == 64 leaves the second tile empty
+    if (my_tiles == 0) continue;
 
-    const unsigned char* stage = smem + (g % kStages) * kStageBytes;
-    const uint32_t x_smem = sbase + (g % kStages) * kStageBytes;
-    const uint32_t* w_smem = reinterpret_cast<const uint32_t*>(stage + kActBytes + wg * 4096);
-    uint32_t a[8][4];
+    const unsigned char* stage = smem + (g % kStages) * T::kStageBytes;
+    const uint32_t x_smem = sbase + (g % kStages) * T::kStageBytes;
+    // Move acc to the units of this group's scales (never zero: the repack stores a zero scale
+    // as 1 with codes 8, repack.cu).
+#pragma unroll
+    for (int t = 0; t < TPW; ++t) {
+      const __half* sc = reinterpret_cast<const __half*>(stage + kActBytes + T::kWBytes + (wg * TPW + t) * 128);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float s_new = __half2float(sc[pos[h]]);
+        const float ratio = __fdiv_rn(s_cur[t][h], s_new);
+        s_cur[t][h] = s_new;
+#pragma unroll
+        for (int i = 0; i < 64; ++i)
+          if (((i >> 1) & 1) == h) acc[t][i] *= ratio;
+      }
+    }
+    const uint32_t* w_smem = reinterpret_cast<const uint32_t*>(stage + kActBytes + wg * TPW * kTileWBytes);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      uint32_t o[4];
-      dequant_word(w_smem[(j * 32 + lane) * 4 + wi], o);
-      a[j][0] = o[0];  // row g, k 2t..2t+1
-      a[j][1] = o[2];  // row g + 8
-      a[j][2] = o[1];  // row g, k 2t+8..
-      a[j][3] = o[3];
+      uint32_t a[TPW][4];
+#pragma unroll
+      for (int t = 0; t < TPW; ++t) {
+        uint32_t o[4];
+        dequant_word(w_smem[t * (kTileWBytes / 4) + (j * 32 + lane) * 4 + wi], o);
+        a[t][0] = o[0];  // row g, k 2t..2t+1
+        a[t][1] = o[2];  // row g + 8
+        a[t][2] = o[1];  // row g, k 2t+8..
+        a[t][3] = o[3];
+      }
+      wgmma_fence();
+      const uint64_t desc = desc_sw128(x_smem + (j >> 2) * kHalfBytes + (j & 3) * 32);
+#pragma unroll
+      for (int t = 0; t < TPW; ++t)
+        if (t < my_tiles) wgmma_m64n128k16(acc[t], a[t], desc, 1);
+      wgmma_commit();
+      wgmma_wait<1>();  // slice j - 1 is done: its A registers may be reused
     }
-    wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < 8; ++j) wgmma_m64n128k16(gacc, a[j], desc_sw128(x_smem + (j >> 2) * kHalfBytes + (j & 3) * 32), j);
-    wgmma_commit();
-    const __half* sc = reinterpret_cast<const __half*>(stage + kActBytes + kWBytes + wg * 128);
-    const float s0 = __half2float(sc[pos0]), s1 = __half2float(sc[pos1]);
-    wgmma_wait_all();
-    fence_operands(gacc);
-#pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = fmaf((i & 2) ? s1 : s0, gacc[i], acc[i]);
+    for (int t = 0; t < TPW; ++t) fence_operands(acc[t]);
   }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int t = 0; t < TPW; ++t) fence_operands(acc[t]);
   cp_async_wait<0>();
   __syncthreads();  // the ring is free: stage the bf16 tile as [row][column] for wide stores
 
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(smem);
-  if (tile_ok) {
-    const int t = lane & 3;
+  const int t4 = lane & 3;
+#pragma unroll
+  for (int t = 0; t < TPW; ++t) {
+    if (t >= my_tiles) continue;
 #pragma unroll
     for (int i = 0; i < 64; ++i) {
-      const int row = 8 * (i >> 2) + 2 * t + (i & 1);
-      const int col = wg * 64 + 16 * wi + g8 + ((i & 2) ? 8 : 0);
-      out[row * kOutStride + col] = __float2bfloat16_rn(acc[i]);
+      const int h = (i >> 1) & 1;
+      const int row = 8 * (i >> 2) + 2 * t4 + (i & 1);
+      const int col = (wg * TPW + t) * 64 + 16 * wi + g8 + 8 * h;
+      out[row * T::kOutStride + col] = __float2bfloat16_rn(acc[t][i] * s_cur[t][h]);
     }
   }
   __syncthreads();
-  const int col0 = blockIdx.x * kCols;
+  const int col0 = blockIdx.x * T::kCols;
   const bool wide = (p.ldc % 8 == 0) && (reinterpret_cast<uintptr_t>(p.c) & 15) == 0;
-  for (int idx = tid; idx < rows * (kCols / 8); idx += kThreads) {
-    const int r = idx >> 4, ch = idx & 15, col = col0 + ch * 8;
+  constexpr int kChunks = T::kCols / 8;
+  for (int idx = tid; idx < rows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, ch = idx % kChunks, col = col0 + ch * 8;
     if (col >= p.n) continue;
-    const uint4 v = *reinterpret_cast<const uint4*>(out + r * kOutStride + ch * 8);
+    const uint4 v = *reinterpret_cast<const uint4*>(out + r * T::kOutStride + ch * 8);
     __nv_bfloat16* dst = p.c + int64_t(row_begin + r) * p.ldc + col;
     if (wide) {
       *reinterpret_cast<uint4*>(dst) = v;
@@ -234,35 +276,44 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
 #endif
 }
 
-}  // namespace
-
-Status query_gemm_wg128(GemmConfigInfo* info) {
-  auto* kernel = &w4a16_wgmma_kernel;
+template <int TPW>
+Status query_wg(GemmConfigInfo* info, const char* name) {
+  using T = WgTraits<TPW>;
+  auto* kernel = &w4a16_wgmma_kernel<TPW>;
   DSV4_RETURN_IF_ERROR(
-      cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
-                  "cudaFuncSetAttribute(wg128)"));
+      cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes), name));
   int blocks = 0;
   DSV4_RETURN_IF_ERROR(
-      cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, kSmemBytes),
-                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor(wg128)"));
+      cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, T::kSmemBytes), name));
   GemmConfigInfo ci;
   ci.block_m = kRows;
-  ci.block_n = kCols;
+  ci.block_n = T::kCols;
   ci.threads = kThreads;
-  ci.smem_bytes = kSmemBytes;
+  ci.smem_bytes = T::kSmemBytes;
   ci.blocks_per_sm = blocks;
   ci.split_k = false;
   *info = ci;
   return Status::ok();
 }
 
-Status launch_gemm_wg128(const GemmKernelArgs& args, dim3 grid, size_t /*smem: fixed*/, cudaStream_t stream,
-                         bool pdl) {
+template <int TPW>
+Status launch_wg(const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl, const char* name) {
   if (args.mode != GemmMode::kDense || args.splits != 1)
-    return internal_error("w4a16 wg128: dense launches without split-K only (mode {}, splits {})", int(args.mode),
+    return internal_error("{}: dense launches without split-K only (mode {}, splits {})", name, int(args.mode),
                           args.splits);
-  return launch_kernel(&w4a16_wgmma_kernel, grid, dim3(kThreads), size_t(kSmemBytes), stream, pdl, args,
-                       "w4a16_wgmma_kernel(wg128)");
+  return launch_kernel(&w4a16_wgmma_kernel<TPW>, grid, dim3(kThreads), size_t(WgTraits<TPW>::kSmemBytes), stream,
+                       pdl, args, name);
+}
+
+}  // namespace
+
+Status query_gemm_wg128(GemmConfigInfo* info) { return query_wg<1>(info, "w4a16 wgmma kernel (wg128)"); }
+Status launch_gemm_wg128(const GemmKernelArgs& args, dim3 grid, size_t, cudaStream_t stream, bool pdl) {
+  return launch_wg<1>(args, grid, stream, pdl, "w4a16_wgmma_kernel(wg128)");
+}
+Status query_gemm_wg256(GemmConfigInfo* info) { return query_wg<2>(info, "w4a16 wgmma kernel (wg256)"); }
+Status launch_gemm_wg256(const GemmKernelArgs& args, dim3 grid, size_t, cudaStream_t stream, bool pdl) {
+  return launch_wg<2>(args, grid, stream, pdl, "w4a16_wgmma_kernel(wg256)");
 }
 
 }  // namespace dsv4::cuda::w4a16_detail
