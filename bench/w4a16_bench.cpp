@@ -222,20 +222,80 @@ json bench_dense(Ctx& c, const Shape& sh, const std::vector<int>& ms) {
 
 // Lab data for the decode heuristics: every decode configuration at forced split-K factors and
 // ring depths, with and without programmatic dependent launch, through the internal launcher.
+// Packed weight sets of one shape, rotated by the labs so that the weights come from DRAM.
+struct WeightSets {
+  std::vector<DeviceBuffer> q, s;
+  int size() const { return int(q.size()); }
+  W4A16Weight at(int i, const Shape& sh) const {
+    return W4A16Weight{q[size_t(i % size())].as<uint32_t>(), s[size_t(i % size())].as<__half>(), sh.n, sh.k};
+  }
+};
+WeightSets make_weight_sets(Ctx& c, const Shape& sh) {
+  const size_t qb = w4a16_qweight_bytes(sh.n, sh.k), sb = w4a16_scales_bytes(sh.n, sh.k);
+  WeightSets w;
+  DeviceBuffer gq = alloc(size_t(sh.k / 8) * sh.n * 4), gs = alloc(size_t(sh.k / 128) * sh.n * 2);
+  for (int i = 0; i < sets_for(qb + sb, c.dev->l2_bytes); ++i) {
+    CKS(testing::fill_random_gptq(gq.as<int32_t>(), gs.as<__half>(), sh.n, sh.k, 3000 + uint64_t(i), testing::ScaleSpec{},
+                                  c.s));
+    w.q.push_back(alloc(qb));
+    w.s.push_back(alloc(sb));
+    CKS(repack_gptq_int4(GptqInt4Tensor{gq.as<int32_t>(), gs.as<__half>(), sh.n, sh.k}, w.q.back().as<uint32_t>(),
+                         w.s.back().as<__half>(), sh.n, RepackPlacement::concat(0), c.s));
+  }
+  CK(cudaStreamSynchronize(c.s));
+  return w;
+}
+
+// Prefill lab: every tiled configuration (the portable m64/m128, and on SM90 the wgmma wg128/wg256)
+// forced unsplit on one shape at each M, against cuBLAS BF16 on the same problem.
+json bench_prefill_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms) {
+  using namespace w4a16_detail;
+  const WeightSets w = make_weight_sets(c, sh);
+  const int m_max = *std::max_element(ms.begin(), ms.end());
+  DeviceBuffer x = alloc(size_t(m_max) * sh.k * 2), y = alloc(size_t(m_max) * sh.n * 2);
+  DeviceBuffer wb = alloc(size_t(sh.n) * sh.k * 2);
+  CKS(testing::fill_random_bf16(x.as<__nv_bfloat16>(), int64_t(m_max) * sh.k, 6, 1.0f, c.s));
+  CKS(testing::fill_random_bf16(wb.as<__nv_bfloat16>(), int64_t(sh.n) * sh.k, 7, 0.05f, c.s));
+  const W4A16WorkspaceView ws = c.ws.view();
+  json rows = json::array();
+  for (int m : ms) {
+    const double flop = 2.0 * m * sh.n * sh.k;
+    const double blas_us = time_graph(c.s, 10, [&](int) { blas_gemm(c, x.get(), wb.get(), y.get(), m, sh.n, sh.k); });
+    for (const GemmConfig cfg : {GemmConfig::kM64, GemmConfig::kM128, GemmConfig::kWg128, GemmConfig::kWg256}) {
+      if ((cfg == GemmConfig::kWg128 || cfg == GemmConfig::kWg256) && !wgmma_supported(*c.dev)) continue;
+      auto ci = gemm_config_info(cfg);
+      CKS(ci.status());
+      GemmLaunch l;
+      l.cfg = cfg;
+      const int row_blocks = (m + ci->block_m - 1) / ci->block_m;
+      if (!complete_launch(&l, *ci, row_blocks, std::min(m, ci->block_m), sh.n, sh.k, *c.dev)) continue;
+      l.pdl = pdl_supported(*c.dev);
+      const double us = time_graph(c.s, w.size() * std::max(1, 8 / w.size()), [&](int i) {
+        W4A16GemmArgs a;
+        a.x = x.as<__nv_bfloat16>();
+        a.ldx = sh.k;
+        a.m = m;
+        a.w = w.at(i, sh);
+        a.y = y.as<__nv_bfloat16>();
+        a.ldy = sh.n;
+        CKS(launch_dense(a, l, ws, c.s));
+      });
+      std::printf("plab %-10s M=%-5d %-6s blocks=%-5u %9.2f us %6.1f TF | cuBLAS %8.2f us %6.1f TF | %.2fx\n",
+                  sh.name.c_str(), m, w4a16_config_name(int(cfg)), l.grid.x * l.grid.y * l.grid.z, us,
+                  flop / us * 1e-6, blas_us, flop / blas_us * 1e-6, blas_us / us);
+      rows.push_back({{"shape", sh.name}, {"m", m}, {"config", w4a16_config_name(int(cfg))},
+                      {"blocks", l.grid.x * l.grid.y * l.grid.z}, {"us", us}, {"tflops", flop / us * 1e-6},
+                      {"cublas_us", blas_us}, {"vs_cublas", blas_us / us}});
+    }
+  }
+  return rows;
+}
+
 json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool both_pdl) {
   using namespace w4a16_detail;
   const size_t qb = w4a16_qweight_bytes(sh.n, sh.k), sb = w4a16_scales_bytes(sh.n, sh.k);
-  const int sets = sets_for(qb + sb, c.dev->l2_bytes);
-  std::vector<DeviceBuffer> q, s;
-  DeviceBuffer gq = alloc(size_t(sh.k / 8) * sh.n * 4), gs = alloc(size_t(sh.k / 128) * sh.n * 2);
-  for (int i = 0; i < sets; ++i) {
-    CKS(testing::fill_random_gptq(gq.as<int32_t>(), gs.as<__half>(), sh.n, sh.k, 3000 + uint64_t(i), testing::ScaleSpec{},
-                                  c.s));
-    q.push_back(alloc(qb));
-    s.push_back(alloc(sb));
-    CKS(repack_gptq_int4(GptqInt4Tensor{gq.as<int32_t>(), gs.as<__half>(), sh.n, sh.k}, q.back().as<uint32_t>(),
-                         s.back().as<__half>(), sh.n, RepackPlacement::concat(0), c.s));
-  }
+  const WeightSets w = make_weight_sets(c, sh);
+  const int sets = w.size();
   DeviceBuffer x = alloc(size_t(32) * sh.k * 2), y = alloc(size_t(32) * sh.n * 2);
   CKS(testing::fill_random_bf16(x.as<__nv_bfloat16>(), int64_t(32) * sh.k, 6, 1.0f, c.s));
   CK(cudaStreamSynchronize(c.s));
@@ -271,7 +331,7 @@ json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool 
               a.x = x.as<__nv_bfloat16>();
               a.ldx = sh.k;
               a.m = m;
-              a.w = W4A16Weight{q[size_t(i % sets)].as<uint32_t>(), s[size_t(i % sets)].as<__half>(), sh.n, sh.k};
+              a.w = w.at(i, sh);
               a.y = y.as<__nv_bfloat16>();
               a.ldy = sh.n;
               CKS(launch_dense(a, l, ws, c.s));
@@ -500,7 +560,7 @@ std::vector<int> parse_list(const std::string& s) {
 int main(int argc, char** argv) {
   std::string out = "w4a16_bench.json", commit = "unknown", command, only_shapes;
   bool quick = false, dense = true, moe = true, lab = false;
-  std::vector<int> ms_arg, moe_ms_arg, lab_ms = {1, 16, 32}, moe_lab_ms = {1};
+  std::vector<int> ms_arg, moe_ms_arg, lab_ms = {1, 16, 32}, moe_lab_ms = {1}, prefill_lab_ms;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--out" && i + 1 < argc) out = argv[++i];
@@ -513,6 +573,7 @@ int main(int argc, char** argv) {
     else if (a == "--lab") lab = true;
     else if (a == "--lab-ms" && i + 1 < argc) lab_ms = parse_list(argv[++i]);
     else if (a == "--ms" && i + 1 < argc) ms_arg = parse_list(argv[++i]);
+    else if (a == "--prefill-lab" && i + 1 < argc) prefill_lab_ms = parse_list(argv[++i]);
     else if (a == "--moe-ms" && i + 1 < argc) moe_ms_arg = parse_list(argv[++i]);
     else if (a == "--moe-lab-ms" && i + 1 < argc) moe_lab_ms = parse_list(argv[++i]);
     else if (a == "--shapes" && i + 1 < argc) {
@@ -524,7 +585,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--out FILE] [--commit SHA] [--command STR] [--quick] [--profile] [--no-moe] [--no-dense]\n"
                    "          [--lab] [--lab-ms 1,16,32] [--moe-lab-ms 1,..] [--ms 1,16,..] [--moe-ms 1,..]\n"
-                   "          [--shapes wq_b,wo_b,..]\n",
+                   "          [--shapes wq_b,wo_b,..] [--prefill-lab 1024,4096]\n",
                    argv[0]);
       return 2;
     }
@@ -559,7 +620,13 @@ int main(int argc, char** argv) {
   if (!ms_arg.empty()) ms = ms_arg;
   std::vector<int> moe_ms = quick ? std::vector<int>{1, 16, 4096} : std::vector<int>{1, 2, 4, 8, 16, 32, 64, 512, 4096};
   if (!moe_ms_arg.empty()) moe_ms = moe_ms_arg;
-  json dense_rows = json::array(), moe_rows = json::array(), lab_rows = json::array(), moe_lab_rows = json::array();
+  json dense_rows = json::array(), moe_rows = json::array(), lab_rows = json::array(), moe_lab_rows = json::array(),
+       prefill_lab_rows = json::array();
+  if (!prefill_lab_ms.empty() && !g_profile)
+    for (const Shape& sh : shapes) {
+      if (!only_shapes.empty() && only_shapes.find("," + sh.name + ",") == std::string::npos) continue;
+      for (auto& r : bench_prefill_lab(c, sh, prefill_lab_ms)) prefill_lab_rows.push_back(r);
+    }
   if (lab && !g_profile) {
     for (const Shape& sh : {shapes[1], shapes[3]})
       for (auto& r : bench_decode_lab(c, sh, lab_ms, false)) lab_rows.push_back(r);
@@ -606,7 +673,8 @@ int main(int argc, char** argv) {
             {"dense", dense_rows},
             {"moe", moe_rows},
             {"lab_decode", lab_rows},
-            {"lab_moe", moe_lab_rows}};
+            {"lab_moe", moe_lab_rows},
+            {"lab_prefill", prefill_lab_rows}};
   std::ofstream(out) << j.dump(1) << "\n";
   std::printf("wrote %s\n", out.c_str());
   cublasDestroy(c.blas);

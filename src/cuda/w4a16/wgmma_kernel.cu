@@ -11,11 +11,12 @@
 // 16 w + 15, which are exactly the A fragment of warp w of the warpgroup (rows g and g + 8, k
 // 2t.. and 2t + 8..), so the decode kernels' repacked layout serves both. The rows of x are the
 // B operand (k16 x 128, K-major) in shared memory with the 128-byte swizzle, one 64-k half per
-// region. Per k16 slice: dequantize exactly (q - 8 in bf16) while the previous slice's wgmmas
-// run. Scales stay exact in fp32: the accumulator is kept in units of the current group's scale
-// (at a group change acc *= s_prev / s_new, at the end acc *= s_last), as in the m128 kernel.
-// cp.async feeds a 4-stage ring of whole 128-k groups;
-// no split-K (the planner uses these kernels only when the output tiles alone fill the GPU).
+// region. Scales stay exact in fp32: an accumulator is kept in units of the current group's
+// scale (at a group change acc *= s_prev / s_new, at the end acc *= s_last), as in the m128
+// kernel. wg128 alternates two accumulator sets by group parity, so the rescale never waits for
+// the tensor cores to drain; wg256 has registers for one set only. cp.async feeds a ring of
+// whole 128-k groups (WgTraits); no split-K (the planner uses these kernels only when the output
+// tiles alone fill the GPU).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -29,7 +30,6 @@ namespace dsv4::cuda::w4a16_detail {
 namespace {
 
 constexpr int kRows = 128;                 // rows of x per block: the wgmma N
-constexpr int kStages = 4;
 constexpr int kThreads = 256;              // 2 warpgroups
 constexpr int kHalfBytes = kRows * 128;    // one 64-k half of the x tile: [128 rows][128 B], swizzled
 constexpr int kActBytes = 2 * kHalfBytes;  // 32 KB
@@ -37,6 +37,12 @@ constexpr int kTileWBytes = 8 * 512;       // one 64-column tile's k16 slices x 
 // Per configuration (TPW 64-column tiles per warpgroup).
 template <int TPW>
 struct WgTraits {
+  // Accumulator sets per tile, alternating by group parity when registers allow (TPW 1): a group's
+  // rescale then touches the set the previous group's wgmmas do not write, and the tensor cores
+  // never drain at a group boundary. TPW 2 has one set and drains there.
+  static constexpr int kSets = TPW == 1 ? 2 : 1;
+  static constexpr int kStages = TPW == 1 ? 5 : 4;
+  static constexpr int kAhead = kStages - kSets;  // groups in flight ahead of the one in use
   static constexpr int kTiles = 2 * TPW;
   static constexpr int kCols = 64 * kTiles;
   static constexpr int kWBytes = kTiles * kTileWBytes;
@@ -145,17 +151,17 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
   for (int j = 0; j < 8; ++j)
     if (j >= a_valid)
 #pragma unroll
-      for (int st = 0; st < kStages; ++st)
+      for (int st = 0; st < T::kStages; ++st)
         *reinterpret_cast<uint4*>(smem + st * T::kStageBytes + a_dst0 + j * 2048) = make_uint4(0, 0, 0, 0);
 
   auto load_w = [&](int g) {
-    const uint32_t base = sbase + (g % kStages) * T::kStageBytes + kActBytes;
+    const uint32_t base = sbase + (g % T::kStages) * T::kStageBytes + kActBytes;
 #pragma unroll
     for (int j = 0; j < T::kTiles; ++j) cp_async16(base + j * kTileWBytes + tid * 16, w_src[j] + g * 256, w_ok[j]);
     if (s_thread) cp_async16(base + T::kWBytes + tid * 16, s_src + (s_ok ? g * 64 : 0), s_ok);
   };
   auto load_x = [&](int g) {
-    const uint32_t base = sbase + (g % kStages) * T::kStageBytes + a_dst0;
+    const uint32_t base = sbase + (g % T::kStages) * T::kStageBytes + a_dst0;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
       if (j < a_valid) cp_async16(base + j * 2048, a_src0 + j * a_step + g * 128, true);
@@ -163,58 +169,48 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
 
   // Prologue: the first groups' weights before the dependency on the previous kernel, then x.
 #pragma unroll
-  for (int g = 0; g < kStages - 1; ++g)
+  for (int g = 0; g < T::kAhead; ++g)
     if (g < kg) load_w(g);
   pdl_wait();
 #pragma unroll
-  for (int g = 0; g < kStages - 1; ++g) {
+  for (int g = 0; g < T::kAhead; ++g) {
     if (g < kg) load_x(g);
     cp_async_commit();
   }
 
-  float acc[TPW][64];
-  float s_cur[TPW][2];  // scale of rows g and g + 8 of each tile that acc is expressed in
+  float acc[T::kSets][TPW][64];
+  float s_cur[T::kSets][TPW][2];  // scales of rows g and g + 8 of each tile that acc is expressed in
 #pragma unroll
-  for (int t = 0; t < TPW; ++t) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) acc[t][i] = 0.0f;
-    s_cur[t][0] = s_cur[t][1] = 1.0f;
-  }
-  const int pos[2] = {scale_pos(16 * wi + g8), scale_pos(16 * wi + 8 + g8)};
-
-  for (int g = 0; g < kg; ++g) {
-    wgmma_wait<0>();  // this warpgroup's wgmmas of group g - 1 are done: acc is readable
-    cp_async_wait<kStages - 2>();
-    fence_proxy_async();
-    __syncthreads();  // group g landed for every thread; every wgmma of group g - 1 is done
-    if (g + kStages - 1 < kg) {
-      load_w(g + kStages - 1);
-      load_x(g + kStages - 1);
-    }
-    cp_async_commit();
-    if (my_tiles == 0) continue;
-
-    const unsigned char* stage = smem + (g % kStages) * T::kStageBytes;
-    const uint32_t x_smem = sbase + (g % kStages) * T::kStageBytes;
-    // Move acc to the units of this group's scales (never zero: the repack stores a zero scale
-    // as 1 with codes 8, repack.cu).
+  for (int u = 0; u < T::kSets; ++u)
 #pragma unroll
     for (int t = 0; t < TPW; ++t) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[u][t][i] = 0.0f;
+      s_cur[u][t][0] = s_cur[u][t][1] = 1.0f;
+    }
+  const int pos[2] = {scale_pos(16 * wi + g8), scale_pos(16 * wi + 8 + g8)};
+
+  // One group into one accumulator set: move the set to the units of this group's scales (never
+  // zero: the repack stores a zero scale as 1 with codes 8, repack.cu), then 8 k16 slices.
+  auto run_group = [&](int g, float (&ac)[TPW][64], float (&sc_cur)[TPW][2]) {
+    const unsigned char* stage = smem + (g % T::kStages) * T::kStageBytes;
+    const uint32_t x_smem = sbase + (g % T::kStages) * T::kStageBytes;
+#pragma unroll
+    for (int t = 0; t < TPW; ++t) {
+      fence_operands(ac[t]);
       const __half* sc = reinterpret_cast<const __half*>(stage + kActBytes + T::kWBytes + (wg * TPW + t) * 128);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float s_new = __half2float(sc[pos[h]]);
-        const float ratio = __fdiv_rn(s_cur[t][h], s_new);
-        s_cur[t][h] = s_new;
+        const float ratio = __fdiv_rn(sc_cur[t][h], s_new);
+        sc_cur[t][h] = s_new;
 #pragma unroll
         for (int i = 0; i < 64; ++i)
-          if (((i >> 1) & 1) == h) acc[t][i] *= ratio;
+          if (((i >> 1) & 1) == h) ac[t][i] *= ratio;
       }
     }
     const uint32_t* w_smem = reinterpret_cast<const uint32_t*>(stage + kActBytes + wg * TPW * kTileWBytes);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      uint32_t a[TPW][4];
+    auto dequant_slice = [&](int j, uint32_t (&a)[TPW][4]) {
 #pragma unroll
       for (int t = 0; t < TPW; ++t) {
         uint32_t o[4];
@@ -224,20 +220,81 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
         a[t][2] = o[1];  // row g, k 2t+8..
         a[t][3] = o[3];
       }
-      wgmma_fence();
+    };
+    auto issue_slice = [&](int j, const uint32_t (&a)[TPW][4]) {
       const uint64_t desc = desc_sw128(x_smem + (j >> 2) * kHalfBytes + (j & 3) * 32);
 #pragma unroll
-      for (int t = 0; t < TPW; ++t)
-        if (t < my_tiles) wgmma_m64n128k16(acc[t], a[t], desc, 1);
-      wgmma_commit();
-      wgmma_wait<1>();  // slice j - 1 is done: its A registers may be reused
-    }
+      for (int t = 0; t < TPW; ++t) wgmma_m64n128k16(ac[t], a[t], desc, 1);
+    };
+    if constexpr (T::kSets == 1) {
+      // One commit group per slice: the next slice's dequantization overlaps this one's wgmmas
+      // and reuses the registers of the one before.
 #pragma unroll
-    for (int t = 0; t < TPW; ++t) fence_operands(acc[t]);
+      for (int j = 0; j < 8; ++j) {
+        uint32_t a[TPW][4];
+        dequant_slice(j, a);
+        wgmma_fence();
+        issue_slice(j, a);
+        wgmma_commit();
+        wgmma_wait<1>();
+      }
+    } else {
+      // One commit group per group, its A fragments defined before the first wgmma (ptxas
+      // serializes wgmmas whose inputs are defined inside an open group); the previous group's
+      // wgmmas run meanwhile.
+      uint32_t a[8][TPW][4];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) dequant_slice(j, a[j]);
+      wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < 8; ++j) issue_slice(j, a[j]);
+      wgmma_commit();
+    }
+  };
+
+  // One step per group. kSets 1: group g - 1's wgmmas are done at the wait; kSets 2: group
+  // g - 2's (g - 1's may run on). With the barrier, no warpgroup reads the slot refilled next.
+  // Every warpgroup issues its wgmmas even for tiles past N (zero-filled, never stored): a
+  // branch around them makes ptxas serialize every wgmma of the kernel.
+  auto step = [&](int g, float (&ac)[TPW][64], float (&sc_cur)[TPW][2]) {
+    wgmma_wait<T::kSets - 1>();
+    cp_async_wait<T::kAhead - 1>();
+    fence_proxy_async();
+    __syncthreads();  // group g landed for every thread
+    if (g + T::kAhead < kg) {
+      load_w(g + T::kAhead);
+      load_x(g + T::kAhead);
+    }
+    cp_async_commit();
+    run_group(g, ac, sc_cur);
+  };
+  if constexpr (T::kSets == 2) {
+    // Straight-line runs of 4 (then 2, then 1) groups alternating the sets, each run ending with
+    // the tensor cores drained: ptxas serializes every wgmma when one is still pending at a loop
+    // back edge while an accumulator is read (C7514), so a drain every 4 groups is the price.
+    int g = 0;
+    for (; g + 3 < kg; g += 4) {
+      step(g, acc[0], s_cur[0]);
+      step(g + 1, acc[1], s_cur[1]);
+      step(g + 2, acc[0], s_cur[0]);
+      step(g + 3, acc[1], s_cur[1]);
+      wgmma_wait<0>();
+    }
+    if (g + 1 < kg) {
+      step(g, acc[0], s_cur[0]);
+      step(g + 1, acc[1], s_cur[1]);
+      wgmma_wait<0>();
+      g += 2;
+    }
+    if (g < kg) step(g, acc[0], s_cur[0]);
+  } else {
+    for (int g = 0; g < kg; ++g) step(g, acc[0], s_cur[0]);
   }
   wgmma_wait<0>();
 #pragma unroll
-  for (int t = 0; t < TPW; ++t) fence_operands(acc[t]);
+  for (int u = 0; u < T::kSets; ++u)
+#pragma unroll
+    for (int t = 0; t < TPW; ++t) fence_operands(acc[u][t]);
   cp_async_wait<0>();
   __syncthreads();  // the ring is free: stage the bf16 tile as [row][column] for wide stores
 
@@ -251,7 +308,10 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
       const int h = (i >> 1) & 1;
       const int row = 8 * (i >> 2) + 2 * t4 + (i & 1);
       const int col = (wg * TPW + t) * 64 + 16 * wi + g8 + 8 * h;
-      out[row * T::kOutStride + col] = __float2bfloat16_rn(acc[t][i] * s_cur[t][h]);
+      float v = 0.0f;
+#pragma unroll
+      for (int u = 0; u < T::kSets; ++u) v += acc[u][t][i] * s_cur[u][t][h];
+      out[row * T::kOutStride + col] = __float2bfloat16_rn(v);
     }
   }
   __syncthreads();
