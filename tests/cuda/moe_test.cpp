@@ -22,7 +22,10 @@
 #include <random>
 #include <vector>
 
+#include "cuda/common/arch.h"
 #include "cuda/moe/moe.h"
+#include "cuda/w4a16/gemm_internal.h"  // forced tiled configurations
+#include "cuda/w4a16/w4a16.h"
 #include "harness.h"
 
 namespace dsv4::cuda::test {
@@ -457,6 +460,32 @@ TEST(MoeForwardDiagnostic, FourAndSixteenRowTilesMatchReference) {
   const Status st = moe_forward(s.weights(false), a, s.ws, nullptr, &d);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.message().find("4-row tiles"), std::string::npos) << st.to_string();
+}
+
+// Prefill-sized batches (128-row router tiles): the portable tiled kernel and, on SM90, both
+// wgmma widths for either GEMM, forced, against the reference and against each other's routing.
+TEST(MoeForwardDiagnostic, TiledPrefillLaunchesMatchReference) {
+  DSV4_SKIP_WITHOUT_GPU();
+  using namespace w4a16_detail;
+  MoeSetup& s = setup();
+  auto dev = current_device_info();
+  DSV4_ASSERT_OK(dev.status());
+  const int m = 3000;  // 70 rows per expert: 128-row tiles
+  ASSERT_EQ(moe_block_rows(m, kTopK, 256), 128);
+  const std::vector<float> x = random_bf16_values(int64_t(m) * kHidden, 9600, 1.0f);
+  const RunResult base = run_moe(s.weights(false), x, {}, m);
+  const auto routes = check_routing(base, x, {}, m, s.gate_h, s.bias_h.data(), "tiled");
+  const int m128 = int(GemmConfig::kM128), wg128 = int(GemmConfig::kWg128), wg256 = int(GemmConfig::kWg256);
+  std::vector<std::pair<int, int>> configs = {{m128, m128}};
+  if (wgmma_supported(**dev)) configs.insert(configs.end(), {{wg128, wg128}, {wg256, wg256}, {wg256, m128}});
+  for (const auto& [up, down] : configs) {
+    const MoeDiagnosticLaunches d{up, 1, 0, down, 1, 0, 128};
+    const RunResult r = run_moe(s.weights(false), x, {}, m, nullptr, &d);
+    char what[64];
+    std::snprintf(what, sizeof(what), "up %s down %s", w4a16_config_name(up), w4a16_config_name(down));
+    check_output(r, x, m, routes, what);
+    EXPECT_EQ(r.ids, base.ids) << what;
+  }
 }
 
 // Same inputs, same bits: eagerly twice and from a CUDA graph (fixed launch shapes, counters

@@ -156,9 +156,7 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
                   int f_stages) -> Result<GemmLaunch> {
     const int tile_rows = std::min(m, block_m);
     if (forced) {
-      if (f_cfg < 0 || f_cfg > int(GemmConfig::kM128))
-        return invalid_argument("moe_forward: diagnostic config {} (the MoE runs configs 0..{}; wg* are dense only)",
-                                f_cfg, int(GemmConfig::kM128));
+      if (f_cfg < 0 || f_cfg >= kNumGemmConfigs) return invalid_argument("moe_forward: diagnostic config {}", f_cfg);
       DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(GemmConfig(f_cfg)));
       GemmLaunch l;
       l.cfg = GemmConfig(f_cfg);
@@ -175,7 +173,11 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
     if (decode)
       return choose_moe_decode_launch(block_m, max_tiles, tile_rows, n, k, gate_up, *dev, partial_floats,
                                       ws.n_gemm_counters_);
-    const GemmConfig cfg = block_m <= 64 ? GemmConfig::kM64 : GemmConfig::kM128;
+    // 128-row tiles: on SM90 the wgmma kernel, 256 columns wide (both GEMMs have N = 4096 and
+    // hundreds of tiles, so its grid fills the GPU many times over).
+    const GemmConfig cfg = block_m <= 64          ? GemmConfig::kM64
+                           : wgmma_supported(*dev) ? GemmConfig::kWg256
+                                                   : GemmConfig::kM128;
     DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(cfg));
     GemmLaunch l;
     l.cfg = cfg;

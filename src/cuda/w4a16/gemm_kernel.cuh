@@ -22,6 +22,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/w4a16/gemm_internal.h"
+#include "cuda/w4a16/moe_epilogue.cuh"
 #include "cuda/w4a16/ptx.cuh"
 
 namespace dsv4::cuda::w4a16_detail {
@@ -446,12 +447,8 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
                 if ((sg & 2) != 0) continue;  // sg in {0, 1, 4, 5}
                 float r2[2];
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const float gv = fminf(round_bf16(acc[f][sg][2 * h + e]), lim);
-                  const float uv = fminf(fmaxf(round_bf16(acc[f][sg + 2][2 * h + e]), -lim), lim);
-                  const float silu = gv / (1.0f + expf(-gv));
-                  r2[e] = silu * uv * wr;
-                }
+                for (int e = 0; e < 2; ++e)
+                  r2[e] = swiglu_act(round_bf16(acc[f][sg][2 * h + e]), round_bf16(acc[f][sg + 2][2 * h + e]), lim, wr);
                 *reinterpret_cast<uint32_t*>(out + (sg & 1) * 8 + (sg >> 2) * 16) = pack_bf16x2(r2[0], r2[1]);
               }
             }
@@ -461,49 +458,8 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
     }
   }
 
-  // MoE combine: when a token's last pair row of this column block is written, sum its rows in
-  // the fixed order of token_pairs (routed experts by increasing id, then shared) into y.
-  if (p.mode == GemmMode::kMoeDown) {
-    __threadfence();
-    __syncthreads();
-    if (tid < rows) {
-      const int token = p.sorted_token[row_begin + tid];
-      int* cnt = p.combine_counters + int64_t(token) * gridDim.x + nb;
-      const int old = atomicAdd(cnt, 1);
-      const bool last = old == p.pairs_per_token - 1;
-      if (last) atomicExch(cnt, 0);
-      s_row_token[tid] = last ? token : -1;
-    }
-    __threadfence();
-    __syncthreads();
-    constexpr int kChunks = T::kBN / 8;
-    for (int idx = tid; idx < rows * kChunks; idx += T::kThreads) {
-      const int r = idx / kChunks, ch = idx % kChunks;
-      const int token = s_row_token[r];
-      const int col = nb * T::kBN + ch * 8;
-      if (token < 0 || col >= p.n) continue;
-      float sum[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) sum[i] = 0.0f;
-      for (int kp = 0; kp < p.pairs_per_token; ++kp) {
-        const int pos = p.token_pairs[int64_t(token) * p.pairs_per_token + kp];
-        const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p.c + int64_t(pos) * p.ldc + col));
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 f2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-          sum[2 * i] += f2.x;
-          sum[2 * i + 1] += f2.y;
-        }
-      }
-      uint4 o;
-      o.x = pack_bf16x2(sum[0], sum[1]);
-      o.y = pack_bf16x2(sum[2], sum[3]);
-      o.z = pack_bf16x2(sum[4], sum[5]);
-      o.w = pack_bf16x2(sum[6], sum[7]);
-      *reinterpret_cast<uint4*>(p.y + int64_t(token) * p.ldy + col) = o;
-    }
-  }
+  // MoE combine: when a token's last pair row of this column block is written, sum its rows.
+  if (p.mode == GemmMode::kMoeDown) moe_combine<T::kBN, T::kThreads>(p, row_begin, rows, s_row_token);
 }
 
 // Entry points of one configuration (used by gemm_cfg_*.cu).

@@ -24,6 +24,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/w4a16/gemm_internal.h"
+#include "cuda/w4a16/moe_epilogue.cuh"
 #include "cuda/w4a16/ptx.cuh"
 
 namespace dsv4::cuda::w4a16_detail {
@@ -117,21 +118,47 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
   unsigned char* smem = smem_raw + pad;
   const uint32_t sbase = raw + pad;
 
+  __shared__ int s_row[kRows];  // source row of x for each tile row; the MoE combine's tokens after
+
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wi = warp & 3, g8 = lane >> 2;
   const int n_tiles64 = p.n >> 6, kg = p.k >> 7;
-  const int row_begin = blockIdx.z * kRows;
-  const int rows = min(kRows, p.m - row_begin);
   const int tile0 = blockIdx.x * T::kTiles;  // first 64-column tile of the block
   // This warpgroup's tiles tile0 + wg TPW + i; the valid ones are a prefix (warpgroup-uniform).
   const int my_tiles = max(0, min(TPW, n_tiles64 - tile0 - wg * TPW));
+
+  // PDL: a dense GEMM's weights do not depend on the previous kernel, so its first groups are
+  // requested before waiting; the MoE GEMMs wait first (the experts come from the router).
+  if (p.mode != GemmMode::kDense) pdl_wait();
+  // Which rows this block owns (as in gemm_kernel.cuh): dense row blocks; MoE: the shared
+  // expert's static tiles first, then the router's tiles of 128 sorted rows at most.
+  int expert = 0, row_begin = 0, rows = 0;
+  if (p.mode == GemmMode::kDense) {
+    row_begin = blockIdx.z * kRows;
+    rows = min(kRows, p.m - row_begin);
+  } else if (int(blockIdx.z) < p.n_shared_tiles) {
+    expert = p.shared_expert;
+    row_begin = p.shared_row0 + blockIdx.z * kRows;
+    rows = min(kRows, p.m - int(blockIdx.z) * kRows);
+  } else {
+    const int tz = blockIdx.z - p.n_shared_tiles;
+    if (tz >= __ldcg(p.n_tiles)) return;  // fixed grid for a batch size; fewer tiles this step
+    const int4 t = __ldcg(p.tiles + tz);
+    expert = t.x;
+    row_begin = t.y;
+    rows = t.z;
+  }
+  const uint4* wbase = p.w;
+  const __half* sbase_s = p.s;
+  if (p.mode != GemmMode::kDense) {
+    wbase = expert == p.shared_expert ? p.w_shared : p.w + expert * p.w_expert_stride;
+    sbase_s = expert == p.shared_expert ? p.s_shared : p.s + expert * p.s_expert_stride;
+  }
 
   // x: 128 rows x 16 chunks of 16 B (two 64-k halves x 8); a thread copies chunk tid % 16 of rows
   // tid / 16 + 16 j. Rows 16 j apart share r & 7, so one swizzled offset serves all eight.
   const int c16 = tid & 15, r0 = tid >> 4;
   const uint32_t a_dst0 = (c16 >> 3) * kHalfBytes + r0 * 128 + (((c16 & 7) ^ (r0 & 7)) << 4);
-  const __nv_bfloat16* a_src0 = p.a + int64_t(row_begin + r0) * p.lda + c16 * 8;
-  const int64_t a_step = 16 * p.lda;
   const int a_valid = rows > r0 ? (rows - r0 + 15) / 16 : 0;  // copies j < a_valid have a row
   // Weights: kTiles tiles x 256 entries of 16 B (8 slices x 32 lanes); thread tid copies entry tid.
   const uint4* w_src[T::kTiles];
@@ -139,12 +166,12 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
 #pragma unroll
   for (int j = 0; j < T::kTiles; ++j) {
     w_ok[j] = tile0 + j < n_tiles64;
-    w_src[j] = p.w + (w_ok[j] ? int64_t(tile0 + j) * (p.k >> 4) * 32 + tid : 0);
+    w_src[j] = wbase + (w_ok[j] ? int64_t(tile0 + j) * (p.k >> 4) * 32 + tid : 0);
   }
   // Scales: kTiles tiles x 8 chunks of 16 B.
   const bool s_thread = tid < T::kTiles * 8;
   const bool s_ok = s_thread && tile0 + (tid >> 3) < n_tiles64;
-  const __half* s_src = p.s + (s_ok ? int64_t(tile0 + (tid >> 3)) * kg * 64 + (tid & 7) * 8 : 0);
+  const __half* s_src = sbase_s + (s_ok ? int64_t(tile0 + (tid >> 3)) * kg * 64 + (tid & 7) * 8 : 0);
 
   // Rows past the block's valid rows are zeroed once in every slot and never copied.
 #pragma unroll
@@ -164,14 +191,17 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
     const uint32_t base = sbase + (g % T::kStages) * T::kStageBytes + a_dst0;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
-      if (j < a_valid) cp_async16(base + j * 2048, a_src0 + j * a_step + g * 128, true);
+      if (j < a_valid) cp_async16(base + j * 2048, p.a + int64_t(s_row[r0 + 16 * j]) * p.lda + c16 * 8 + g * 128, true);
   };
 
-  // Prologue: the first groups' weights before the dependency on the previous kernel, then x.
+  // Prologue: the first groups' weights (dense: before the dependency on the previous kernel),
+  // the source rows (the MoE gate/up GEMM gathers its rows by token), then x.
 #pragma unroll
   for (int g = 0; g < T::kAhead; ++g)
     if (g < kg) load_w(g);
-  pdl_wait();
+  if (p.mode == GemmMode::kDense) pdl_wait();
+  if (tid < rows) s_row[tid] = p.mode == GemmMode::kMoeUp ? __ldcg(p.sorted_token + row_begin + tid) : row_begin + tid;
+  __syncthreads();
 #pragma unroll
   for (int g = 0; g < T::kAhead; ++g) {
     if (g < kg) load_x(g);
@@ -316,6 +346,31 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
   }
   __syncthreads();
   const int col0 = blockIdx.x * T::kCols;
+  if (p.mode == GemmMode::kMoeUp) {
+    // act [pairs, N / 2]: packed 64-column tile nt holds [gate 0..15 | up 0..15 | gate 16..31 |
+    // up 16..31] of intermediate columns 32 nt .. 32 nt + 31; chunks of 8 act columns.
+    constexpr int kActChunks = T::kCols / 16;
+    for (int idx = tid; idx < rows * kActChunks; idx += kThreads) {
+      const int r = idx / kActChunks, ch = idx % kActChunks;
+      const int gcol = (ch >> 1) * 32 + (ch & 1) * 8;  // gate column in the tile; up is 16 further
+      if (col0 + gcol >= p.n) continue;
+      const float wr = __ldcg(p.sorted_weight + row_begin + r);
+      const __nv_bfloat16* src = out + r * T::kOutStride;
+      uint32_t packed[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float a0 = swiglu_act(__bfloat162float(src[gcol + 2 * e]), __bfloat162float(src[gcol + 16 + 2 * e]),
+                                    p.swiglu_limit, wr);
+        const float a1 = swiglu_act(__bfloat162float(src[gcol + 2 * e + 1]),
+                                    __bfloat162float(src[gcol + 16 + 2 * e + 1]), p.swiglu_limit, wr);
+        packed[e] = pack_bf16x2(a0, a1);
+      }
+      uint32_t* dst = reinterpret_cast<uint32_t*>(p.c + int64_t(row_begin + r) * p.ldc + col0 / 2 + ch * 8);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dst[e] = packed[e];
+    }
+    return;
+  }
   const bool wide = (p.ldc % 8 == 0) && (reinterpret_cast<uintptr_t>(p.c) & 15) == 0;
   constexpr int kChunks = T::kCols / 8;
   for (int idx = tid; idx < rows * kChunks; idx += kThreads) {
@@ -333,6 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
       d32[3] = v.w;
     }
   }
+  if (p.mode == GemmMode::kMoeDown) moe_combine<T::kCols, kThreads>(p, row_begin, rows, s_row);
 #endif
 }
 
@@ -358,9 +414,7 @@ Status query_wg(GemmConfigInfo* info, const char* name) {
 
 template <int TPW>
 Status launch_wg(const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl, const char* name) {
-  if (args.mode != GemmMode::kDense || args.splits != 1)
-    return internal_error("{}: dense launches without split-K only (mode {}, splits {})", name, int(args.mode),
-                          args.splits);
+  if (args.splits != 1) return internal_error("{}: no split-K (splits {})", name, args.splits);
   return launch_kernel(&w4a16_wgmma_kernel<TPW>, grid, dim3(kThreads), size_t(WgTraits<TPW>::kSmemBytes), stream,
                        pdl, args, name);
 }
