@@ -256,17 +256,30 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
 #pragma unroll
       for (int t = 0; t < TPW; ++t) wgmma_m64n128k16(ac[t], a[t], desc, 1);
     };
-    // One commit group per group, its A fragments defined before the first wgmma (ptxas
-    // serializes wgmmas whose inputs are defined inside an open group, C7513); with two sets the
-    // previous group's wgmmas run meanwhile. (Per-slice groups with a wait each let the issuing
-    // warps stall on every slice.)
-    uint32_t a[8][TPW][4];
+    if constexpr (T::kSets == 1) {
+      // One commit group per slice: the next slice's dequantization overlaps this one's wgmmas
+      // and reuses the registers of the one before.
 #pragma unroll
-    for (int j = 0; j < 8; ++j) dequant_slice(j, a[j]);
-    wgmma_fence();
+      for (int j = 0; j < 8; ++j) {
+        uint32_t a[TPW][4];
+        dequant_slice(j, a);
+        wgmma_fence();
+        issue_slice(j, a);
+        wgmma_commit();
+        wgmma_wait<1>();
+      }
+    } else {
+      // One commit group per group, its A fragments defined before the first wgmma (ptxas
+      // serializes wgmmas whose inputs are defined inside an open group); the previous group's
+      // wgmmas run meanwhile.
+      uint32_t a[8][TPW][4];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) issue_slice(j, a[j]);
-    wgmma_commit();
+      for (int j = 0; j < 8; ++j) dequant_slice(j, a[j]);
+      wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < 8; ++j) issue_slice(j, a[j]);
+      wgmma_commit();
+    }
   };
 
   // One step per group. kSets 1: group g - 1's wgmmas are done at the wait; kSets 2: group
