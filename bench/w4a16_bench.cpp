@@ -230,6 +230,18 @@ struct WeightSets {
     return W4A16Weight{q[size_t(i % size())].as<uint32_t>(), s[size_t(i % size())].as<__half>(), sh.n, sh.k};
   }
 };
+// y [m, N] = x [m, K] W^T with weight set i of w (the labs' launches).
+W4A16GemmArgs lab_args(const DeviceBuffer& x, const DeviceBuffer& y, int m, const Shape& sh, const WeightSets& w, int i) {
+  W4A16GemmArgs a;
+  a.x = x.as<__nv_bfloat16>();
+  a.ldx = sh.k;
+  a.m = m;
+  a.w = w.at(i, sh);
+  a.y = y.as<__nv_bfloat16>();
+  a.ldy = sh.n;
+  return a;
+}
+
 WeightSets make_weight_sets(Ctx& c, const Shape& sh) {
   const size_t qb = w4a16_qweight_bytes(sh.n, sh.k), sb = w4a16_scales_bytes(sh.n, sh.k);
   WeightSets w;
@@ -270,16 +282,8 @@ json bench_prefill_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms) {
       const int row_blocks = (m + ci->block_m - 1) / ci->block_m;
       if (!complete_launch(&l, *ci, row_blocks, std::min(m, ci->block_m), sh.n, sh.k, *c.dev)) continue;
       l.pdl = pdl_supported(*c.dev);
-      const double us = time_graph(c.s, w.size() * std::max(1, 8 / w.size()), [&](int i) {
-        W4A16GemmArgs a;
-        a.x = x.as<__nv_bfloat16>();
-        a.ldx = sh.k;
-        a.m = m;
-        a.w = w.at(i, sh);
-        a.y = y.as<__nv_bfloat16>();
-        a.ldy = sh.n;
-        CKS(launch_dense(a, l, ws, c.s));
-      });
+      const double us = time_graph(c.s, w.size() * std::max(1, 8 / w.size()),
+                                   [&](int i) { CKS(launch_dense(lab_args(x, y, m, sh, w, i), l, ws, c.s)); });
       std::printf("plab %-10s M=%-5d %-6s blocks=%-5u %9.2f us %6.1f TF | cuBLAS %8.2f us %6.1f TF | %.2fx\n",
                   sh.name.c_str(), m, w4a16_config_name(int(cfg)), l.grid.x * l.grid.y * l.grid.z, us,
                   flop / us * 1e-6, blas_us, flop / blas_us * 1e-6, blas_us / us);
@@ -326,16 +330,8 @@ json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool 
               continue;
             l.pdl = pdl != 0 && pdl_supported(*c.dev);
             const int calls = sets * std::max(1, 40 / sets);
-            const double us = time_graph(c.s, calls, [&](int i) {
-              W4A16GemmArgs a;
-              a.x = x.as<__nv_bfloat16>();
-              a.ldx = sh.k;
-              a.m = m;
-              a.w = w.at(i, sh);
-              a.y = y.as<__nv_bfloat16>();
-              a.ldy = sh.n;
-              CKS(launch_dense(a, l, ws, c.s));
-            });
+            const double us =
+                time_graph(c.s, calls, [&](int i) { CKS(launch_dense(lab_args(x, y, m, sh, w, i), l, ws, c.s)); });
             const int bps = decode_blocks_per_sm(*ci, l.smem, *c.dev);
             const bool is_chosen = chosen->cfg == l.cfg && chosen->splits == splits && chosen->stages == stages &&
                                    chosen->pdl == l.pdl && chosen->cluster == l.cluster;

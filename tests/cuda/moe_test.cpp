@@ -501,12 +501,7 @@ TEST(MoeForwardGraph, DeterministicAndReplayable) {
 
     DeviceBuffer dx = upload_vector(to_bf16(x));
     DeviceBuffer dy = device_alloc(size_t(m) * kLdy * 2);
-    MoeArgs a;
-    a.x = dx.as<__nv_bfloat16>();
-    a.ldx = kHidden;
-    a.m = m;
-    a.y = dy.as<__nv_bfloat16>();
-    a.ldy = kLdy;
+    const MoeArgs a = moe_args(dx, dy, m);
     cudaStream_t st;
     DSV4_ASSERT_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaGraph_t graph;

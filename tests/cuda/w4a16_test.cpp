@@ -85,41 +85,35 @@ W4A16WorkspaceView workspace() {
   return ws.view();
 }
 
-// Runs y = x W^T for m rows and checks every element against the reference (sampled rows when m
-// is large), that no element of [m, n] is left unwritten and that columns past n are untouched.
-void run_and_check(const ShapeSpec& sh, int m, uint64_t seed) {
-  ShapeData& d = shape_data(sh);
-  const std::vector<float> x = random_bf16_values(int64_t(m) * sh.k, seed, 1.0f);
-  DeviceBuffer dx = upload_vector(to_bf16(x));
-  const int64_t ldy = sh.n + 64;  // 64 guard columns must stay poisoned
-  DeviceBuffer dy = device_alloc(size_t(m) * ldy * 2);
-  poison(dy);
+// Arguments of y [m, ldy] = x [m, K] W^T for shape sh (bf16 device buffers).
+W4A16GemmArgs make_gemm_args(const ShapeSpec& sh, const DeviceBuffer& dx, const DeviceBuffer& dy, int m, int64_t ldy) {
   W4A16GemmArgs a;
   a.x = dx.as<__nv_bfloat16>();
   a.ldx = sh.k;
   a.m = m;
-  a.w = d.view(sh);
+  a.w = shape_data(sh).view(sh);
   a.y = dy.as<__nv_bfloat16>();
   a.ldy = ldy;
-  auto plan = plan_w4a16_gemm(m, sh.n, sh.k, workspace());
-  DSV4_ASSERT_OK(plan.status());
-  DSV4_ASSERT_OK(w4a16_gemm(a, workspace(), nullptr));
-  DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
-  const std::vector<uint16_t> y = download<uint16_t>(dy.get(), size_t(m) * ldy);
+  return a;
+}
 
+// Checks the downloaded y [m, ldy] (bf16 bits, poisoned before the launch) of y = x W^T: every
+// element of [m, N] written and finite, columns past N untouched, and up to `sample` rows
+// against the exact reference. Returns the comparison of the checked rows.
+CompareResult check_gemm_output(const ShapeSpec& sh, const std::vector<float>& x, const std::vector<uint16_t>& y, int m,
+                                int64_t ldy, int sample, uint64_t seed, const std::string& what) {
   int64_t unwritten = 0, guard_touched = 0;
   for (int r = 0; r < m; ++r) {
     for (int c = 0; c < sh.n; ++c) unwritten += !std::isfinite(bf16_to_f32(y[size_t(r) * ldy + c]));
-    for (int c = sh.n; c < ldy; ++c) guard_touched += y[size_t(r) * ldy + c] != 0xFFFF;
+    for (int64_t c = sh.n; c < ldy; ++c) guard_touched += y[size_t(r) * ldy + c] != 0xFFFF;
   }
-  EXPECT_EQ(unwritten, 0) << sh.name << " M=" << m << ": unwritten or non-finite outputs";
-  EXPECT_EQ(guard_touched, 0) << sh.name << " M=" << m << ": wrote past column N";
-
-  const std::vector<int> rows = sample_rows(m, 64, seed + 1);
+  EXPECT_EQ(unwritten, 0) << what << ": unwritten or non-finite outputs";
+  EXPECT_EQ(guard_touched, 0) << what << ": wrote past column N";
+  const std::vector<int> rows = sample_rows(m, sample, seed);
   std::vector<double> ref, absdot;
-  ref_gemm_rows(x, sh.k, rows, d.w_kn, sh.n, ref, absdot);
-  std::vector<float> gpu(rows.size() * size_t(sh.n));
-  std::vector<double> tol(gpu.size());
+  ref_gemm_rows(x, sh.k, rows, shape_data(sh).w_kn, sh.n, ref, absdot);
+  std::vector<float> gpu(ref.size());
+  std::vector<double> tol(ref.size());
   for (size_t i = 0; i < rows.size(); ++i)
     for (int c = 0; c < sh.n; ++c) {
       const size_t j = i * sh.n + c;
@@ -127,10 +121,28 @@ void run_and_check(const ShapeSpec& sh, int m, uint64_t seed) {
       tol[j] = std::ldexp(std::fabs(ref[j]), -8) + std::ldexp(absdot[j], -15);
     }
   const CompareResult cr = compare(gpu.data(), ref.data(), tol.data(), int64_t(gpu.size()));
-  EXPECT_TRUE(cr.ok(1e-5)) << sh.name << " M=" << m << " (" << w4a16_config_name(plan->config)
-                           << ", splits " << plan->splits << "): " << cr.summary();
-  std::printf("[ check ] %-9s M=%-5d cfg=%-4s splits=%-2d rows=%-3zu max|d|/tol=%.3f nmse=%.2e\n", sh.name.c_str(), m,
-              w4a16_config_name(plan->config), plan->splits, rows.size(), cr.max_ratio, cr.nmse);
+  EXPECT_TRUE(cr.ok(1e-5)) << what << ": " << cr.summary();
+  return cr;
+}
+
+// Runs y = x W^T for m rows through the planner and checks it (check_gemm_output; 64 guard
+// columns past N).
+void run_and_check(const ShapeSpec& sh, int m, uint64_t seed) {
+  const std::vector<float> x = random_bf16_values(int64_t(m) * sh.k, seed, 1.0f);
+  DeviceBuffer dx = upload_vector(to_bf16(x));
+  const int64_t ldy = sh.n + 64;  // 64 guard columns must stay poisoned
+  DeviceBuffer dy = device_alloc(size_t(m) * ldy * 2);
+  poison(dy);
+  auto plan = plan_w4a16_gemm(m, sh.n, sh.k, workspace());
+  DSV4_ASSERT_OK(plan.status());
+  DSV4_ASSERT_OK(w4a16_gemm(make_gemm_args(sh, dx, dy, m, ldy), workspace(), nullptr));
+  DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<uint16_t> y = download<uint16_t>(dy.get(), size_t(m) * ldy);
+  const std::string what = sh.name + " M=" + std::to_string(m) + " (" + w4a16_config_name(plan->config) +
+                           ", splits " + std::to_string(plan->splits) + ")";
+  const CompareResult cr = check_gemm_output(sh, x, y, m, ldy, 64, seed + 1, what);
+  std::printf("[ check ] %-9s M=%-5d cfg=%-4s splits=%-2d max|d|/tol=%.3f nmse=%.2e\n", sh.name.c_str(), m,
+              w4a16_config_name(plan->config), plan->splits, cr.max_ratio, cr.nmse);
 }
 
 struct GemmCase {
@@ -199,15 +211,8 @@ TEST(W4A16Repack, RejectsBadPlacement) {
 TEST(W4A16Gemm, RejectsBadArguments) {
   DSV4_SKIP_WITHOUT_GPU();
   const ShapeSpec sh = flash_shapes()[2];
-  ShapeData& d = shape_data(sh);
   DeviceBuffer x = device_alloc(size_t(4) * sh.k * 2 + 16), y = device_alloc(size_t(4) * sh.n * 2);
-  W4A16GemmArgs a;
-  a.x = x.as<__nv_bfloat16>();
-  a.ldx = sh.k;
-  a.m = 4;
-  a.w = d.view(sh);
-  a.y = y.as<__nv_bfloat16>();
-  a.ldy = sh.n;
+  const W4A16GemmArgs a = make_gemm_args(sh, x, y, 4, sh.n);
   EXPECT_TRUE(w4a16_gemm(a, workspace(), nullptr).is_ok());
   W4A16GemmArgs b = a;
   b.x = reinterpret_cast<const __nv_bfloat16*>(x.as<char>() + 2);  // misaligned
@@ -227,7 +232,6 @@ TEST(W4A16Gemm, RejectsBadArguments) {
 TEST(W4A16Gemm, DeterministicAndGraphReplayable) {
   DSV4_SKIP_WITHOUT_GPU();
   const ShapeSpec sh = flash_shapes()[3];  // wo_b: K = 8192, many splits at M = 1
-  ShapeData& d = shape_data(sh);
   for (int m : {1, 16}) {
     auto plan = plan_w4a16_gemm(m, sh.n, sh.k, workspace());
     DSV4_ASSERT_OK(plan.status());
@@ -235,13 +239,7 @@ TEST(W4A16Gemm, DeterministicAndGraphReplayable) {
     DeviceBuffer y0 = device_alloc(size_t(m) * sh.n * 2), y1 = device_alloc(size_t(m) * sh.n * 2);
     poison(y0);
     poison(y1);
-    W4A16GemmArgs a;
-    a.x = dx.as<__nv_bfloat16>();
-    a.ldx = sh.k;
-    a.m = m;
-    a.w = d.view(sh);
-    a.y = y0.as<__nv_bfloat16>();
-    a.ldy = sh.n;
+    W4A16GemmArgs a = make_gemm_args(sh, dx, y0, m, sh.n);
     DSV4_ASSERT_OK(w4a16_gemm(a, workspace(), nullptr));
     DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
     const auto ref = download<uint16_t>(y0.get(), size_t(m) * sh.n);
@@ -306,13 +304,7 @@ TEST(W4A16Decode, ForcedLaunchesMatchExactReference) {
               continue;
             l.pdl = pdl_supported(**dev);
             l.cluster = cluster_splits_ok(l, **dev);  // SM90: the cluster path, then the global one below
-            W4A16GemmArgs a;
-            a.x = dx.as<__nv_bfloat16>();
-            a.ldx = sh.k;
-            a.m = m;
-            a.w = d.view(sh);
-            a.y = dy.as<__nv_bfloat16>();
-            a.ldy = sh.n;
+            const W4A16GemmArgs a = make_gemm_args(sh, dx, dy, m, sh.n);
             poison(dy);
             DSV4_ASSERT_OK(launch_dense(a, l, workspace(), nullptr));
             DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
@@ -361,7 +353,6 @@ TEST(W4A16Prefill, WgmmaLaunchesMatchExactReference) {
   for (const ShapeSpec& sh : shapes) {
     auto ci = gemm_config_info(cfg);
     DSV4_ASSERT_OK(ci.status());
-    ShapeData& d = shape_data(sh);
     for (int m : {1, 77, 128, 300, 1024}) {
       for (const int64_t ldy : {int64_t(sh.n), int64_t(sh.n) + 2}) {
         const uint64_t seed = 7000 + uint64_t(sh.n) + uint64_t(m) + uint64_t(ldy - sh.n);
@@ -373,38 +364,17 @@ TEST(W4A16Prefill, WgmmaLaunchesMatchExactReference) {
         ASSERT_TRUE(complete_launch(&l, *ci, (m + ci->block_m - 1) / ci->block_m, std::min(m, ci->block_m), sh.n,
                                     sh.k, **dev));
         l.pdl = pdl_supported(**dev);
-        W4A16GemmArgs a;
-        a.x = dx.as<__nv_bfloat16>();
-        a.ldx = sh.k;
-        a.m = m;
-        a.w = d.view(sh);
-        a.y = dy.as<__nv_bfloat16>();
-        a.ldy = ldy;
+        const W4A16GemmArgs a = make_gemm_args(sh, dx, dy, m, ldy);
         poison(dy);
         DSV4_ASSERT_OK(launch_dense(a, l, workspace(), nullptr));
         DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
         const std::vector<uint16_t> y = download<uint16_t>(dy.get(), size_t(m) * size_t(ldy));
-        const std::vector<int> rows = sample_rows(m, 48, seed + 1);
-        std::vector<double> ref, absdot;
-        ref_gemm_rows(x, sh.k, rows, d.w_kn, sh.n, ref, absdot);
-        std::vector<float> gpu(ref.size());
-        std::vector<double> tol(ref.size());
-        int64_t guard_touched = 0;
-        for (size_t i = 0; i < rows.size(); ++i) {
-          for (int c = 0; c < sh.n; ++c) {
-            const size_t j = i * sh.n + c;
-            gpu[j] = bf16_to_f32(y[size_t(rows[i]) * ldy + c]);
-            tol[j] = std::ldexp(std::fabs(ref[j]), -8) + std::ldexp(absdot[j], -15);
-          }
-          for (int64_t c = sh.n; c < ldy; ++c) guard_touched += y[size_t(rows[i]) * ldy + c] != 0xFFFF;
-        }
-        EXPECT_EQ(guard_touched, 0) << sh.name << " M=" << m << " ldy=" << ldy << ": wrote past column N";
-        const CompareResult cr = compare(gpu.data(), ref.data(), tol.data(), int64_t(gpu.size()));
-        EXPECT_TRUE(cr.ok(1e-5)) << sh.name << " M=" << m << " ldy=" << ldy << " " << w4a16_config_name(int(cfg)) << ": "
-                                 << cr.summary();
+        const std::string what = sh.name + " M=" + std::to_string(m) + " ldy=" + std::to_string(ldy) + " " +
+                                 w4a16_config_name(int(cfg));
+        const CompareResult cr = check_gemm_output(sh, x, y, m, ldy, 48, seed + 1, what);
         DSV4_ASSERT_OK(launch_dense(a, l, workspace(), nullptr));
         DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
-        EXPECT_EQ(download<uint16_t>(dy.get(), size_t(m) * size_t(ldy)), y) << sh.name << " M=" << m << ": not deterministic";
+        EXPECT_EQ(download<uint16_t>(dy.get(), size_t(m) * size_t(ldy)), y) << what << ": not deterministic";
         std::printf("[ wgmma ] %-5s %-9s M=%-5d ldy=%-6lld max|d|/tol=%.3f nmse=%.2e\n", w4a16_config_name(int(cfg)),
                     sh.name.c_str(), m, static_cast<long long>(ldy), cr.max_ratio, cr.nmse);
       }
