@@ -338,6 +338,24 @@ TEST(W4A16Decode, ForcedLaunchesMatchExactReference) {
   }
 }
 
+// The planner's wgmma rule (a host function: runs without a GPU), on the H200's 132 SMs, against
+// the prefill lab's winners (bench/results/w4a16_h200_prefill_lab.json).
+TEST(W4A16Prefill, WgmmaChoiceFollowsTheLab) {
+  using namespace w4a16_detail;
+  constexpr int kSms = 132;
+  EXPECT_EQ(choose_wgmma_config(4096, 32768, kSms), GemmConfig::kWg256);  // wq_b: 616 vs 673 us
+  EXPECT_EQ(choose_wgmma_config(256, 32768, kSms), GemmConfig::kWg256);   // 41 vs 44 us
+  EXPECT_EQ(choose_wgmma_config(4096, 1536, kSms), GemmConfig::kWg128);   // wq_a+wkv: 116 vs 151 us
+  EXPECT_EQ(choose_wgmma_config(4096, 512, kSms), GemmConfig::kWg128);    // wkv: 38 vs 75 us
+  EXPECT_EQ(choose_wgmma_config(256, 8192, kSms), GemmConfig::kWg128);    // idx_wq_b: 11 vs 20 us
+  EXPECT_EQ(choose_wgmma_config(256, 4096, kSms), GemmConfig::kWg128);    // wo_b: 74 us vs 97 portable
+  EXPECT_EQ(choose_wgmma_config(1024, 1024, kSms), GemmConfig::kWg128);   // wq_a: 38 us vs 56 portable
+  EXPECT_EQ(choose_wgmma_config(256, 1024, kSms), std::nullopt);          // wq_a: portable split-K 29 vs 38 us
+  EXPECT_EQ(choose_wgmma_config(1024, 512, kSms), std::nullopt);          // wkv: 36 vs 38 us
+  EXPECT_EQ(choose_wgmma_config(64, 32768, kSms), std::nullopt);          // 64 rows: the m64 kernel
+  EXPECT_EQ(choose_wgmma_config(65, 32768, kSms), GemmConfig::kWg256);
+}
+
 // The SM90 wgmma prefill kernel forced on shapes and row counts the planner may not give it
 // (a single partial block, a last tile of 64 columns, an output stride that is not a multiple of
 // 8 elements) against the exact reference; repeated launches give the same bits.

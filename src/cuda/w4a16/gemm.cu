@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <optional>
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/w4a16/gemm_internal.h"
@@ -63,6 +64,20 @@ Result<GemmConfigInfo> gemm_config_info(GemmConfig cfg) {
 }
 
 GemmConfig choose_tiled_config(int rows_hint) { return rows_hint <= 64 ? GemmConfig::kM64 : GemmConfig::kM128; }
+
+std::optional<GemmConfig> choose_wgmma_config(int m, int n, int n_sms) {
+  // More than 64 rows, unless the grid is tiny. H200 prefill lab
+  // (bench/results/w4a16_h200_prefill_lab.json): a lone wg128 block streams K = 4096 in ~38 us, so
+  // below ~n_sms / 3 blocks the portable kernels' split-K wins (wq_a M = 256: 29 vs 38 us; wkv
+  // M = 1024: 36 vs 38), above it wgmma does (wo_b M = 256: 74 vs 97; w13 M = 1024: 75 vs 118).
+  // Between the two widths, the one with fewer full-GPU waves, a wg256 block costing ~1.85 wg128
+  // blocks (wq_b M = 4096: 616 vs 673 us; wq_a+wkv M = 4096, 1.45 waves of wg256: 151 vs 116).
+  const int64_t row_blocks = (int64_t(m) + 127) / 128;
+  const int64_t blocks128 = row_blocks * ((n + 127) / 128), blocks256 = row_blocks * ((n + 255) / 256);
+  if (m <= 64 || 3 * blocks128 < n_sms) return std::nullopt;
+  auto waves = [&](int64_t blocks) { return double((blocks + n_sms - 1) / n_sms); };
+  return 1.85 * waves(blocks256) < waves(blocks128) ? GemmConfig::kWg256 : GemmConfig::kWg128;
+}
 
 size_t decode_smem_bytes(const GemmConfigInfo& ci, int stages, int a_rows, int a_groups) {
   return size_t(ci.threads / 32) * size_t(stages) * kDecodeSlotBytes + size_t(a_rows) * size_t(a_groups) * 256;
@@ -309,18 +324,9 @@ Result<GemmLaunch> plan_dense_launch(int m, int n, int k, const W4A16WorkspaceVi
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
   const double weight_bytes = double(w4a16_qweight_bytes(n, k) + w4a16_scales_bytes(n, k));
   if (m <= 32) return choose_decode_launch(m, n, k, weight_bytes, *dev, ws.partial_floats, ws.n_counters);
-  // SM90, more than 64 rows: the wgmma kernels (no split-K) unless their grid is tiny. H200
-  // prefill lab (bench/results/w4a16_h200_prefill_lab.json): a lone wg128 block streams K = 4096
-  // in ~38 us, so below ~n_sms / 3 blocks the portable kernels' split-K wins (wq_a M = 256: 29
-  // vs 38 us; wkv M = 1024: 36 vs 38), above it wgmma does (wo_b M = 256: 74 vs 97; w13 M = 1024:
-  // 75 vs 118). Between the two widths, the one with fewer full-GPU waves, a wg256 block costing
-  // ~1.85 wg128 blocks (wq_b M = 4096: 616 vs 673 us; wq_a+wkv M = 4096, 1.45 waves of wg256: 151
-  // vs 116).
-  const int64_t row_blocks128 = (m + 127) / 128;
-  const int64_t blocks128 = row_blocks128 * ((n + 127) / 128), blocks256 = row_blocks128 * ((n + 255) / 256);
-  auto waves = [&](int64_t blocks) { return double((blocks + dev->n_sms - 1) / dev->n_sms); };
-  const GemmConfig wg_cfg = 1.85 * waves(blocks256) < waves(blocks128) ? GemmConfig::kWg256 : GemmConfig::kWg128;
-  if (wgmma_supported(*dev) && m > 64 && 3 * blocks128 >= dev->n_sms) {
+  const std::optional<GemmConfig> wg = wgmma_supported(*dev) ? choose_wgmma_config(m, n, dev->n_sms) : std::nullopt;
+  if (wg) {
+    const GemmConfig wg_cfg = *wg;
     DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(wg_cfg));
     GemmLaunch l;
     l.cfg = wg_cfg;

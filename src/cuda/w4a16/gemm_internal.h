@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "base/status.h"
 #include "cuda/common/arch.h"
@@ -156,6 +157,10 @@ Result<GemmLaunch> choose_decode_launch(int m, int n, int k, double weight_bytes
 Result<GemmLaunch> choose_moe_decode_launch(int block_m, int max_tiles, int tile_rows, int n, int k, bool gate_up,
                                             const DeviceInfo& dev, size_t partial_floats, int n_counters);
 GemmConfig choose_tiled_config(int rows_hint);
+// SM90 (the caller checks wgmma_supported()): the wgmma configuration for an M x N dense GEMM,
+// or none where the portable kernels are faster (at most 64 rows, or a grid of 128 x 128 tiles
+// under a third of the n_sms SMs: those need split-K).
+std::optional<GemmConfig> choose_wgmma_config(int m, int n, int n_sms);
 // Split-K factor for `base_blocks` output tiles of a tiled GEMM with K/128 = kg groups, `rows`
 // rows of output in all, n columns and weight_bytes of weights to stream; limited by the workspace.
 int choose_splits(int base_blocks, int kg, int64_t rows, int n, double weight_bytes, const GemmConfigInfo& ci,
