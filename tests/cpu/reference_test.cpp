@@ -170,8 +170,11 @@ TEST(Reference, SinkhornEndsColumnNormalized) {
       }
       EXPECT_NEAR(col, 1.0f, 1e-5f) << "iters " << iters;
     }
-    if (iters == 20)
-      for (int j = 0; j < 4; ++j) EXPECT_NEAR(M[size_t(j * 4)] + M[size_t(j * 4 + 1)] + M[size_t(j * 4 + 2)] + M[size_t(j * 4 + 3)], 1.0f, 1e-3f);
+    if (iters == 20) {
+      for (int j = 0; j < 4; ++j) {
+        EXPECT_NEAR(M[size_t(j * 4)] + M[size_t(j * 4 + 1)] + M[size_t(j * 4 + 2)] + M[size_t(j * 4 + 3)], 1.0f, 1e-3f);
+      }
+    }
   }
 }
 

@@ -47,7 +47,9 @@ TEST(Safetensors, ParsesAValidHeader) {
       EXPECT_EQ(t.n_bytes, 12u);
       EXPECT_EQ(t.data, f.data() + 8 + h.size());
     }
-    if (t.name == "c") EXPECT_EQ(t.numel(), 1);
+    if (t.name == "c") {
+      EXPECT_EQ(t.numel(), 1);
+    }
   }
 }
 
