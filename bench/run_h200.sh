@@ -3,7 +3,7 @@
 # profile of the main kernels, the decode lab sweeps and the W4A16 benchmark with its PyTorch
 # peer; logs and results go to $OUT. The binaries are built on the development machine
 # (cmake --build build-h200, sm_90) and carried in .carry/bin, with libfmt/libgomp in .carry/lib.
-# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, serve, longcmp, peer, prof, lab, quick, full, torch)
+# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, serve, longcmp, peer, prof, lab, plab, quick, full, torch)
 #   lab: forced decode launches (dense wq_b/wo_b at M = 1, 16, 32; wq_a, w2, w13 at M = 1, 16; the
 #        MoE GEMMs at M = 1), every configuration x split-K x ring depth x L2 window.
 #   quick/full: the benchmark (quick: M = 1, 16, 4096); torch: its PyTorch int4 peer and the table.
@@ -106,6 +106,14 @@ for l in open(sys.argv[1]):
         best[m.group(1, 2)] = (float(m.group(3)), l.rstrip())
 for k in sorted(best): print('best', best[k][1])
 " "$OUT/lab.log"
+fi
+if has plab; then
+  # The prefill lab: every tiled configuration (m64, m128, and on SM90 wg128, wg256) forced per
+  # shape at PLAB_MS rows, against cuBLAS BF16 in the same run.
+  $BIN/w4a16_bench --no-moe --no-dense --prefill-lab ${PLAB_MS:-256,1024,4096} --commit "$COMMIT" \
+    --command "bash bench/run_h200.sh $COMMIT $STEPS; PLAB_MS='${PLAB_MS:-}'" --out "$OUT/w4a16_prefill_lab.json" \
+    > "$OUT/plab.log" 2>&1
+  echo "plab rc=$?"; grep -E "^plab" "$OUT/plab.log" | cut -c1-130
 fi
 if has quick || has full; then
   Q=""; has quick && Q="--quick"
