@@ -326,10 +326,9 @@ Result<GemmLaunch> plan_dense_launch(int m, int n, int k, const W4A16WorkspaceVi
   if (m <= 32) return choose_decode_launch(m, n, k, weight_bytes, *dev, ws.partial_floats, ws.n_counters);
   const std::optional<GemmConfig> wg = wgmma_supported(*dev) ? choose_wgmma_config(m, n, dev->n_sms) : std::nullopt;
   if (wg) {
-    const GemmConfig wg_cfg = *wg;
-    DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(wg_cfg));
+    DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(*wg));
     GemmLaunch l;
-    l.cfg = wg_cfg;
+    l.cfg = *wg;
     if (!complete_launch(&l, ci, (m + ci.block_m - 1) / ci.block_m, std::min(m, ci.block_m), n, k, *dev))
       return internal_error("w4a16 GEMM: wgmma launch M={} N={} K={} does not fit", m, n, k);
     l.pdl = use_pdl(int64_t(l.grid.x) * l.grid.y * l.grid.z, 1, ci, *dev);

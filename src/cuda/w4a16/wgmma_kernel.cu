@@ -1,22 +1,23 @@
-// wgmma_kernel.cu: the SM90 prefill path of the dense W4A16 GEMM, built for sm_90a only (the
-// warpgroup MMA instructions exist nowhere else; src/cuda/CMakeLists.txt compiles this file on
-// its own). The portable m64/m128 kernels (gemm_kernel.cuh) issue mma.sync, which on Hopper
-// reaches about 0.37x of cuBLAS BF16 at M = 4096 (bench/results/w4a16_h200.md); wgmma is the
-// rest of the tensor cores. Chosen in one place: plan_dense_launch() through wgmma_supported().
+// wgmma_kernel.cu: the SM90 prefill path of the W4A16 GEMM (dense, and the MoE gate/up and down
+// GEMMs on 128-row router tiles), built for sm_90a only (the warpgroup MMA instructions exist
+// nowhere else; src/cuda/CMakeLists.txt compiles this file on its own). The portable m64/m128
+// kernels (gemm_kernel.cuh) issue mma.sync, which on Hopper reaches about 0.37x of cuBLAS BF16 at
+// M = 4096; these reach 0.53-0.63x (bench/results/NOTES.md, "Prefill on wgmma"). Chosen through
+// wgmma_supported() (common/arch.h) by choose_wgmma_config() (dense) and moe_forward().
 //
 // One block: 2 warpgroups x TPW packed 64-column tiles each x 128 rows of x (wg128: TPW 1,
-// wg256: TPW 2; the wider block reads x from L2 half as often per FLOP, which is what limits the
-// narrow one). The weights are wgmma's A operand (64 x k16, from registers): a lane's 16-byte
-// word of a packed k16 slice holds, in word w, the mma.sync B fragments of columns 16 w ..
-// 16 w + 15, which are exactly the A fragment of warp w of the warpgroup (rows g and g + 8, k
-// 2t.. and 2t + 8..), so the decode kernels' repacked layout serves both. The rows of x are the
-// B operand (k16 x 128, K-major) in shared memory with the 128-byte swizzle, one 64-k half per
-// region. Scales stay exact in fp32: an accumulator is kept in units of the current group's
-// scale (at a group change acc *= s_prev / s_new, at the end acc *= s_last), as in the m128
-// kernel. wg128 alternates two accumulator sets by group parity, so the rescale never waits for
-// the tensor cores to drain; wg256 has registers for one set only. cp.async feeds a ring of
-// whole 128-k groups (WgTraits); no split-K (the planner uses these kernels only when the output
-// tiles alone fill the GPU).
+// wg256: TPW 2; the wider block spreads the per-group barrier and rescale over twice the MMA
+// work, the narrower one keeps two accumulator sets). The weights are wgmma's A operand (64 x
+// k16, from registers): a lane's 16-byte word of a packed k16 slice holds, in word w, the
+// mma.sync B fragments of columns 16 w .. 16 w + 15, which are exactly the A fragment of warp w
+// of the warpgroup (rows g and g + 8, k 2t.. and 2t + 8..), so the decode kernels' repacked
+// layout serves both. The rows of x are the B operand (k16 x 128, K-major) in shared memory with
+// the 128-byte swizzle, one 64-k half per region. Scales stay exact in fp32: an accumulator is
+// kept in units of the current group's scale (at a group change acc *= s_prev / s_new, at the
+// end acc *= s_last), as in the m128 kernel. wg128 alternates two accumulator sets by group
+// parity, so the rescale never waits for the tensor cores to drain; wg256 has registers for one
+// set only. cp.async feeds a ring of whole 128-k groups (WgTraits); no split-K, so the planner
+// leaves grids of fewer than a third of the SMs to the portable kernels.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
