@@ -7,11 +7,14 @@
 //    with kv::pack_indexer_key into a paged pool; q is on the fp4 grid; weights are bf16 values of
 //    both signs. n_vis in {0, 1, 5, 511, 512, 513, 4096, 65536} and more, over three sequences;
 //    one sequence's keys come from 40 distinct vectors (ties everywhere, also at the top-k
-//    boundary), another has runs of duplicates. Three workspace shapes give 64, 14 and 1 splits
-//    per row (so the merge sees many lists, a few, and one); decode launches (<= 64 rows) spread
-//    short rows over splits of one tile, wide ones keep 1024 keys per split. The cases cover the
-//    merge with all candidates in shared memory, with radix passes over the lists first (more
-//    than 4096 candidates), ties down to the index digits, and splits cut more than once.
+//    boundary), another has runs of duplicates. The workspace shapes give 128, 64, 34, 14 and 1
+//    splits per row (so the merge sees many lists, a few, and one); decode launches (<= 64 rows)
+//    spread short rows over splits of one tile, wide ones keep 1024 keys per split. The cases
+//    cover the merge with all candidates in shared memory, with radix passes over the lists first
+//    (more than 4096 candidates), ties down to the index digits, and splits cut more than once.
+//    Wide launches run the multi-row split kernel (4 rows per block): blocks whose rows mix
+//    sequences, padding and random positions, and consecutive prefill rows; both split kernels
+//    are also forced on the same rows. TopkPrefillTiming times them on a 256K prefill chunk.
 //  - indexer_weights: bit-exact; indexer_prepare (both in one launch) bit-exact with the two.
 //  - indexer_prepare_q: the reference's RoPE (fp32 cos/sin from glibc), bf16, Hadamard and fp4sim.
 //    The Hadamard and fp4 steps are reproduced operation by operation; cos/sin are evaluated in
@@ -142,7 +145,7 @@ std::vector<int32_t> reference_row(const KeyPool& kp, const Row& r, const float*
 
 // Runs indexer_topk on `rows` with a workspace of (max_tokens, max_positions) and compares.
 void run_topk(const std::vector<Row>& rows, int ws_max_tokens, int64_t ws_max_positions, int expect_splits,
-              uint64_t seed) {
+              uint64_t seed, IndexerSplitKernel kernel = IndexerSplitKernel::kAuto) {
   KeyPool& kp = keys();
   const int T = int(rows.size());
   std::mt19937_64 rng(seed);
@@ -183,9 +186,15 @@ void run_topk(const std::vector<Row>& rows, int ws_max_tokens, int64_t ws_max_po
   kv.ratio = kRatio;
   auto ws = IndexerWorkspace::create(ws_max_tokens, ws_max_positions, kRatio, kTopk);
   ASSERT_TRUE(ws.is_ok()) << ws.status().to_string();
-  const int splits = launch_splits(T, int64_t(ws->max_tokens()) * ws->n_splits());
+  const int64_t ws_slots = int64_t(ws->max_tokens()) * ws->n_splits();
+  const bool rows_kernel = kernel == IndexerSplitKernel::kRows || (kernel == IndexerSplitKernel::kAuto && T > kWideRows);
+  const int splits = rows_kernel ? rows_launch_splits(T, ws_slots) : launch_splits(T, ws_slots);
   EXPECT_EQ(splits, expect_splits) << "the case does not exercise the split count it was written for";
-  DSV4_ASSERT_OK(indexer_topk(b, d_q.as<__nv_bfloat16>(), d_w.as<float>(), kHeads, kv, kTopk, *ws, d_sel.as<int32_t>(), nullptr));
+  if (kernel == IndexerSplitKernel::kAuto) {
+    EXPECT_EQ(splits, topk_launch_splits(T, ws_slots));
+  }
+  DSV4_ASSERT_OK(indexer_topk(b, d_q.as<__nv_bfloat16>(), d_w.as<float>(), kHeads, kv, kTopk, *ws, d_sel.as<int32_t>(), nullptr,
+                              0, kernel));
   DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
   const std::vector<int32_t> sel = download<int32_t>(d_sel.get(), size_t(T) * kTopk);
 
@@ -203,7 +212,8 @@ void run_topk(const std::vector<Row>& rows, int ws_max_tokens, int64_t ws_max_po
       ADD_FAILURE() << "row " << t << " (seq " << rows[size_t(t)].seq << ", pos " << rows[size_t(t)].pos << "): rank "
                     << first << " gpu " << sel[size_t(t) * kTopk + first] << " cpu " << want[size_t(first)];
   }
-  std::printf("[topk] %d rows, %d splits per row: %d rows differ\n", T, splits, bad_rows);
+  std::printf("[topk] %d rows, %d splits per row, %s kernel: %d rows differ\n", T, splits,
+              rows_kernel ? "multi-row" : "per-row", bad_rows);
   EXPECT_EQ(bad_rows, 0);
 }
 
@@ -268,8 +278,28 @@ TEST(CudaIndexer, TopkPrefillFewSplits) {
   for (int i = 0; i < 148; ++i) rows.push_back({2, int64_t(rng() % (4 * 600))});
   rows.push_back({-1, 0});
   rows.push_back({1, 4 * 5000 - 1});
-  // 300 rows over a workspace sized for them: ceil(kWideRows x kMaxSplits / 300) = 28 splits per row.
-  run_topk(rows, 300, 262144, 28, 2);
+  // 300 rows over a workspace sized for them: ceil(kWideRows x kMaxSplits / 300) = 28 splits per
+  // row allowed; the multi-row kernel (75 blocks of 4 rows) takes ceil(kRowsTargetBlocks / 75) =
+  // 14 of them. The rows of a block mix sequences at rows 148..151 (seq 1, 2) and 296..299 (seq 2,
+  // padding, seq 1), and positions are random within a block. The per-row kernel, forced, must
+  // select the same.
+  run_topk(rows, 300, 262144, 14, 2);
+  run_topk(rows, 300, 262144, 28, 2, IndexerSplitKernel::kPerRow);
+}
+
+// A prefill chunk as the model runs it: consecutive positions of one sequence (so the rows of a
+// block see slightly different key counts), then chunks of the two other sequences, a padding
+// row between them; 122 rows take the multi-row kernel with 34 splits of at least 1024 keys.
+TEST(CudaIndexer, TopkPrefillConsecutiveRows) {
+  DSV4_SKIP_WITHOUT_GPU();
+  std::vector<Row> rows;
+  for (int i = 0; i < 70; ++i) rows.push_back({0, 4 * 40000 - 3 + i});
+  for (int i = 0; i < 30; ++i) rows.push_back({2, 4 * 590 + i});
+  rows.push_back({-1, 0});
+  for (int i = 0; i < 21; ++i) rows.push_back({1, 4 * 4990 + i});
+  run_topk(rows, 128, 262144, 34, 9);
+  // One split per row: each block keeps its rows' buffers through all 40000 keys (many cuts).
+  run_topk(rows, 128, 4 * 1024, 1, 10, IndexerSplitKernel::kRows);
 }
 
 TEST(CudaIndexer, TopkOneSplit) {
@@ -286,6 +316,9 @@ TEST(CudaIndexer, TopkOneSplit) {
   rows.push_back({1, pos_for(5000, 3)});
   // A short-context workspace (1000 entries): one split per row, the merge takes its list.
   run_topk(rows, 64, 4000, 1, 3);
+  // The multi-row kernel, forced on this decode-sized launch: blocks of random rows of several
+  // sequences, one group per row at worst.
+  run_topk(rows, 64, 4000, 1, 3, IndexerSplitKernel::kRows);
 }
 
 TEST(CudaIndexer, TopkTiming) {
@@ -327,6 +360,64 @@ TEST(CudaIndexer, TopkTiming) {
       EXPECT_LT(us, 1000.0) << "decode at 262K context must score 65536 keys well under a millisecond";
     }
   }
+}
+
+// A prefill chunk at 256K context: T consecutive rows of one sequence over ~65536 keys each,
+// scored by both split kernels (the same selection, compared in full) and timed; the printed
+// rate counts the MMA work of the scores (2 x 64 heads x 128 dims per row and key).
+TEST(CudaIndexer, TopkPrefillTiming) {
+  DSV4_SKIP_WITHOUT_GPU();
+  KeyPool& kp = keys();
+  constexpr int T = 2048;
+  std::mt19937_64 rng(11);
+  std::vector<float> q(size_t(T) * kHeads * kDim), w(size_t(T) * kHeads);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int t = 0; t < T * kHeads; ++t) random_fp4_vector(rng, -2, 0, &q[size_t(t) * kDim]);
+  for (float& v : w) v = round_bf16(0.011048543f * nd(rng));
+  std::vector<int32_t> token_seq(static_cast<size_t>(T), 0), token_pos(static_cast<size_t>(T));
+  for (int t = 0; t < T; ++t) token_pos[size_t(t)] = int32_t(4 * 65536 - T + t);  // the last chunk of a 256K prompt
+  DeviceBuffer d_ts = upload_vector(token_seq), d_tp = upload_vector(token_pos), d_bt = upload_vector(kp.blocks[0]);
+  DeviceBuffer d_q = upload_vector(to_bf16(q)), d_w = upload_vector(w);
+  DeviceBuffer d_sel_a = device_alloc(size_t(T) * kTopk * 4), d_sel_b = device_alloc(size_t(T) * kTopk * 4);
+  poison(d_sel_a);
+  poison(d_sel_b);
+  StepBatchView b;
+  b.n_tokens = T;
+  b.n_seqs = 1;
+  b.token_seq = d_ts.as<int32_t>();
+  b.token_pos = d_tp.as<int32_t>();
+  b.block_table = d_bt.as<int32_t>();
+  b.max_blocks = kp.max_blocks;
+  LayerKvView kv;
+  kv.index_keys = kp.pool.as<uint8_t>();
+  kv.ratio = kRatio;
+  auto ws = IndexerWorkspace::create(T, 262144, kRatio, kTopk);
+  ASSERT_TRUE(ws.is_ok());
+  double keys_scored = 0;
+  for (int t = 0; t < T; ++t) keys_scored += double((token_pos[size_t(t)] + 1) / kRatio);
+  const double flop = 2.0 * kHeads * kDim * keys_scored;
+  double us[2] = {0, 0};
+  const IndexerSplitKernel kinds[2] = {IndexerSplitKernel::kPerRow, IndexerSplitKernel::kRows};
+  for (int k = 0; k < 2; ++k) {
+    DeviceBuffer& sel = k == 0 ? d_sel_a : d_sel_b;
+    auto launch = [&] {
+      return indexer_topk(b, d_q.as<__nv_bfloat16>(), d_w.as<float>(), kHeads, kv, kTopk, *ws, sel.as<int32_t>(), nullptr,
+                          0, kinds[k]);
+    };
+    DSV4_ASSERT_OK(launch());
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    us[k] = mean_call_us(launch);
+    std::printf("[topk prefill] %d rows x ~65536 keys, %s kernel: %.0f us per call (%.2f us per row, %.0f TFLOP/s of scores)\n",
+                T, k == 0 ? "per-row" : "multi-row", us[k], us[k] / T, flop / us[k] * 1e-6);
+  }
+  std::printf("[topk prefill] multi-row / per-row time: %.3f\n", us[1] / us[0]);
+  const std::vector<int32_t> a = download<int32_t>(d_sel_a.get(), size_t(T) * kTopk);
+  const std::vector<int32_t> bsel = download<int32_t>(d_sel_b.get(), size_t(T) * kTopk);
+  int differ = 0;
+  for (int t = 0; t < T; ++t)
+    differ += !std::equal(a.begin() + size_t(t) * kTopk, a.begin() + size_t(t + 1) * kTopk, bsel.begin() + size_t(t) * kTopk);
+  EXPECT_EQ(differ, 0) << "rows whose selection differs between the two kernels";
+  EXPECT_LT(us[1], us[0]) << "the multi-row kernel exists to be faster on prefill chunks";
 }
 
 // How the batch-1 time at 65536 keys depends on the split count per row (64 = the default, 32,
@@ -535,6 +626,13 @@ TEST(CudaIndexerPlan, SplitsCoverEveryKey) {
   EXPECT_EQ(workspace_splits(64, 1000), 1);
   EXPECT_EQ(launch_splits(1, 4096), kMaxSplits);
   EXPECT_EQ(launch_splits(300, 300 * 14), 14);
+  // Wide launches (the multi-row kernel): splits for about kRowsTargetBlocks blocks of 4 rows.
+  EXPECT_EQ(rows_launch_splits(300, 300 * 28), 14);
+  EXPECT_EQ(rows_launch_splits(122, 128 * 64), 34);
+  EXPECT_EQ(rows_launch_splits(8192, 8192), 1);  // an 8192-token chunk: 2048 blocks already
+  EXPECT_EQ(rows_launch_splits(2048, 2048 * 4), 2);
+  EXPECT_EQ(topk_launch_splits(kWideRows, 4096), launch_splits(kWideRows, 4096));
+  EXPECT_EQ(topk_launch_splits(kWideRows + 1, 65 * 64), rows_launch_splits(kWideRows + 1, 65 * 64));
   EXPECT_EQ(split_min_keys(1), kTileKeys);
   EXPECT_EQ(split_min_keys(kWideRows), kTileKeys);
   EXPECT_EQ(split_min_keys(kWideRows + 1), kMinSplitKeys);

@@ -1,6 +1,6 @@
 // mma.cuh: the SM80-level tensor-core and shared-memory instructions the kernel families share
-// (shared-space addresses, ldmatrix, mma.sync m16n8k16 bf16 -> fp32) and the two bf16 packing
-// helpers around them. Available on sm_86 and sm_90 alike.
+// (shared-space addresses, cp.async, ldmatrix, mma.sync m16n8k16 bf16 -> fp32) and the two bf16
+// packing helpers around them. Available on sm_86 and sm_90 alike.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,6 +12,18 @@ namespace dsv4::cuda::mma {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 4-byte global -> shared copy (L1-cached); zero-filled when !valid (src is then not read).
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {

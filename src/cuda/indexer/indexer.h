@@ -51,12 +51,18 @@ class IndexerWorkspace {
   int max_tokens_ = 0, n_splits_ = 0, topk_ = 0;
 };
 
+// Which kernel scores the splits. kAuto: the per-row kernel for decode-sized launches (at most
+// kWideRows rows: few rows, each spread over many splits), the multi-row kernel otherwise
+// (prefill chunks: it decodes each key tile once for 4 rows). The others force one, for tests
+// and the timing comparison; the selection does not depend on it.
+enum class IndexerSplitKernel { kAuto, kPerRow, kRows };
+
 // selected: i32 [n_tokens][topk], highest score first, -1 after the n_vis-th. Padding rows get -1.
 // qi prepared, w from indexer_weights; kv.index_keys / ratio / index_dim / index_key_bytes used.
 // max_splits > 0 caps the splits per row (tests and tuning sweeps; the result does not depend
 // on it).
 Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float* w, int n_heads,
                     const LayerKvView& kv, int topk, IndexerWorkspace& ws, int32_t* selected, cudaStream_t stream,
-                    int max_splits = 0);
+                    int max_splits = 0, IndexerSplitKernel kernel = IndexerSplitKernel::kAuto);
 
 }  // namespace dsv4::cuda

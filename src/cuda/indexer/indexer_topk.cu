@@ -4,7 +4,9 @@
 //          (decode the fp4 records to bf16 in shared memory, mma.sync m16n8k16 with the 64
 //          heads as M, then the reference's rounding chain and the head sum in head order) and
 //          keeps its own top-k of 64-bit (score, index) keys (a split of at most topk keys keeps
-//          them all without selecting), sorted descending when the row has more than one split;
+//          them all without selecting), sorted descending when the row has more than one split.
+//          This is the decode kernel (at most kWideRows rows); wide launches (prefill chunks)
+//          run the multi-row kernel of indexer_rows.cu, which writes the same lists;
 //   merge: one block per row selects the global top-k from the splits' lists (only their valid
 //          entries). The lists' heads bound the k-th key from below: with the smallest c such
 //          that the lists' first min(c, count) keys number at least k, the least of those keys,
@@ -32,6 +34,7 @@
 #include "cuda/indexer/candidates.cuh"
 #include "cuda/indexer/indexer.h"
 #include "cuda/indexer/ref_numerics.cuh"
+#include "cuda/indexer/topk_args.h"
 #include "cuda/indexer/topk_plan.h"
 
 namespace dsv4::cuda {
@@ -49,19 +52,6 @@ constexpr int kSplitCap = 2 * kMaxTopk;         // candidate buffer of a split
 constexpr int kMergeCap = 8 * kMaxTopk;         // keys in play the merge holds in shared memory
 constexpr int kMergeUnroll = 8;                 // list loads in flight per thread in a merge pass
 constexpr int kItemsPerThread = kTileKeys * (kHeadDim / 8) / kSplitThreads;  // 8-dim words per thread per tile
-
-struct TopkArgs {
-  StepBatchView b;
-  const __nv_bfloat16* qi;  // bf16 [T, n_heads, 128], prepared
-  const float* w;           // f32 [T, n_heads]
-  const uint8_t* keys;      // u8 paged indexer keys, kKeyBytes each
-  int ratio;
-  int n_heads, topk, n_splits, ws_topk;
-  int min_split_keys;       // split_min_keys(n_tokens)
-  uint64_t* cand;           // u64 [T * n_splits][ws_topk]: each split's keys (unsorted)
-  int32_t* counts;          // i32 [T * n_splits]: keys each split kept
-  int32_t* selected;        // i32 [T][topk]
-};
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem) {
   const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -444,7 +434,7 @@ Result<IndexerWorkspace> IndexerWorkspace::create(int max_tokens, int64_t max_po
 
 Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float* w, int n_heads,
                     const LayerKvView& kv, int topk, IndexerWorkspace& ws, int32_t* selected, cudaStream_t stream,
-                    int max_splits) {
+                    int max_splits, IndexerSplitKernel kernel) {
   if (max_splits < 0) return invalid_argument("indexer_topk: max_splits {} < 0", max_splits);
   if (b.n_tokens < 0 || b.n_tokens > ws.max_tokens())
     return invalid_argument("indexer_topk: n_tokens {} outside 0..{} (workspace size)", b.n_tokens, ws.max_tokens());
@@ -464,7 +454,9 @@ Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float
   if (!aligned(qi, 16) || !aligned(kv.index_keys, 4))
     return invalid_argument("indexer_topk: qi must be 16-byte and index_keys 4-byte aligned");
 
-  int n_splits = launch_splits(b.n_tokens, workspace_slots(ws));
+  const bool rows = kernel == IndexerSplitKernel::kRows ||
+                    (kernel == IndexerSplitKernel::kAuto && b.n_tokens > kWideRows);
+  int n_splits = rows ? rows_launch_splits(b.n_tokens, workspace_slots(ws)) : launch_splits(b.n_tokens, workspace_slots(ws));
   if (max_splits > 0) n_splits = std::min(n_splits, max_splits);
   const size_t slots = size_t(ws.max_tokens()) * size_t(ws.n_splits());
   TopkArgs g;
@@ -482,8 +474,12 @@ Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float
   g.counts = reinterpret_cast<int32_t*>(static_cast<char*>(ws.data()) + slots * size_t(ws.topk()) * 8);
   g.selected = selected;
   DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
-  DSV4_RETURN_IF_ERROR(launch_kernel(&indexer_split_kernel, dim3(unsigned(b.n_tokens), unsigned(n_splits)),
-                                     dim3(kSplitThreads), 0, stream, pdl, g, "indexer_split_kernel"));
+  if (rows) {
+    DSV4_RETURN_IF_ERROR(launch_indexer_rows(g, stream, pdl));
+  } else {
+    DSV4_RETURN_IF_ERROR(launch_kernel(&indexer_split_kernel, dim3(unsigned(b.n_tokens), unsigned(n_splits)),
+                                       dim3(kSplitThreads), 0, stream, pdl, g, "indexer_split_kernel"));
+  }
   return launch_kernel(&indexer_merge_kernel, dim3(unsigned(b.n_tokens)), dim3(kMergeThreads), 0, stream, pdl, g,
                        "indexer_merge_kernel");
 }

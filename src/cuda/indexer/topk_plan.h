@@ -23,6 +23,8 @@ inline constexpr int kMaxSplits = 128;       // splits of one row (and lists the
 inline constexpr int kTileKeys = 64;         // keys scored per step of a split: one CSA page
 inline constexpr int kMinSplitKeys = 1024;   // keys per split of a wide launch (more than kWideRows rows)
 inline constexpr int kWideRows = 64;         // rows that may each use kMaxSplits splits
+inline constexpr int kRowsPerBlock = 4;      // rows a block of the multi-row split kernel scores together
+inline constexpr int kRowsTargetBlocks = 1024;  // blocks a multi-row launch aims for (several waves)
 inline constexpr int kHeadDim = 128;         // indexer head dim the kernels are built for
 inline constexpr int kKeyBytes = kHeadDim / 2 + kHeadDim / 32;  // 68: [64 B e2m1 pairs][4 ue8m0]
 
@@ -42,6 +44,22 @@ inline int workspace_splits(int max_tokens, int64_t max_entries) {
 DSV4_TOPK_HD int launch_splits(int n_tokens, int64_t slots) {
   const int64_t s = slots / (n_tokens > 0 ? n_tokens : 1);
   return int(s < 1 ? 1 : s > kMaxSplits ? kMaxSplits : s);
+}
+
+// Splits per row of a wide launch (more than kWideRows rows), which runs the multi-row kernel:
+// blocks of kRowsPerBlock rows already number ceil(n_tokens / kRowsPerBlock), so only enough
+// splits for about kRowsTargetBlocks blocks (each split costs a sort per row and a list to merge),
+// never more than launch_splits allows.
+DSV4_TOPK_HD int rows_launch_splits(int n_tokens, int64_t slots) {
+  const int64_t groups = ceil_div(n_tokens > 0 ? n_tokens : 1, kRowsPerBlock);
+  const int64_t want = ceil_div(kRowsTargetBlocks, groups);
+  const int cap = launch_splits(n_tokens, slots);
+  return int(want < cap ? want : cap);
+}
+
+// The splits indexer_topk launches with (before a test's max_splits cap).
+DSV4_TOPK_HD int topk_launch_splits(int n_tokens, int64_t slots) {
+  return n_tokens > kWideRows ? rows_launch_splits(n_tokens, slots) : launch_splits(n_tokens, slots);
 }
 
 // Smallest split of a launch with n_tokens rows (a host value): decode-sized launches spread a

@@ -14,6 +14,8 @@
 
 namespace dsv4::cuda::w4a16_detail {
 
+using mma::cp_async_commit;
+using mma::cp_async_wait;
 using mma::ldmatrix_x4;
 using mma::mma_bf16;
 using mma::pack_bf16x2;
@@ -24,11 +26,6 @@ using mma::smem_u32;
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   const int src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 // (a & b) | c in one instruction (the compiler does not reliably fuse it).

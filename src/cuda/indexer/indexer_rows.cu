@@ -1,0 +1,278 @@
+// indexer_rows.cu: the indexer's split kernel for wide launches (prefill chunks: more than
+// kWideRows rows). The same lists and counts as the per-row split kernel (indexer_topk.cu), so
+// the same merge and bit-exact results, with the work arranged for many rows over the same keys:
+//  - a block scores kRowsPerBlock consecutive rows against each 64-key tile, so a tile's fp4
+//    records are fetched and decoded once for four rows (the per-row kernel decoded every key
+//    once per row: at a 262K prompt, 8192 rows x 65536 keys);
+//  - the MMA is transposed: keys are M (ldmatrix from the decoded tile), the rows' heads are N
+//    (register fragments loaded once per block). An accumulator pair is then two adjacent heads
+//    of one key, so the reference's term chain bf16(relu(bf16(dot)) * w_h) runs on bf16x2 pairs
+//    (cvt.rn, max, fma.rn with a -0 addend: the bf16 x bf16 product is exact in fp32, so one
+//    rounding of it is the reference's) and lands as one 32-bit store in the [row][key][head]
+//    terms the head sums read;
+//  - every thread sums one (row, key) over the heads in head order (fp32, the reference's order),
+//    so all 8 warps share the sums;
+//  - the keys arrive by cp.async in a ring of three tiles, in 4-byte pieces (a 68-byte record is
+//    4-byte aligned), so the copies of tile i + 2 fly while tile i is scored.
+// Rows of one block that belong to different sequences (several prompts in one step) are scored
+// as consecutive groups, each over its own sequence's keys with the other rows masked. Within a
+// group the split boundaries come from the group's longest row; a row masks keys past its own
+// n_vis. Every (row, split) slot is written by exactly one block.
+#include <algorithm>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/kv_view.h"
+#include "cuda/common/mma.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/indexer/candidates.cuh"
+#include "cuda/indexer/ref_numerics.cuh"
+#include "cuda/indexer/topk_args.h"
+#include "cuda/indexer/topk_plan.h"
+
+namespace dsv4::cuda::indexer_detail {
+namespace {
+
+using mma::cp_async4;
+using mma::cp_async_commit;
+using mma::cp_async_wait;
+using mma::ldmatrix_x4;
+using mma::mma_bf16;
+using mma::smem_u32;
+
+constexpr int kThreads = 256;  // 8 warps: warp w scores row w / 2, heads 32 (w % 2) .. + 31
+constexpr int kRows = kRowsPerBlock;
+constexpr int kMaxHeads = 64;
+constexpr int kStages = 3;                             // key tiles in flight
+constexpr int kRecordWords = kKeyBytes / 4;            // 17
+constexpr int kRawTileBytes = kTileKeys * kKeyBytes;   // 4352
+constexpr int kRowPad = kHeadDim + 8;                  // bf16 per decoded key (272 B): ldmatrix rows hit distinct banks
+constexpr int kVPad = kMaxHeads + 8;                   // bf16 per (row, key) of terms (144 B): conflict-free stores and reads
+constexpr int kCap = kMaxTopk + 256;                   // candidate buffer of one row
+constexpr int kRawBytes = kStages * kRawTileBytes;
+constexpr int kTileBytes = kTileKeys * kRowPad * 2;
+constexpr int kTermBytes = kRows * kTileKeys * kVPad * 2;
+constexpr int kCandBytes = kRows * kCap * 8;
+constexpr int kSmemBytes = kRawBytes + kTileBytes + kTermBytes + kCandBytes;  // 91904: 2 blocks per H200 SM, 1 on SM86
+static_assert(kThreads == 2 * 32 * kRows, "two warps per row");
+static_assert(kCap % kThreads == 0 && kCap >= kMaxTopk + kTileKeys, "cut_candidates covers the buffer");
+static_assert(kRawBytes % 16 == 0 && kTileBytes % 16 == 0 && kTermBytes % 16 == 0, "16-byte aligned regions");
+
+// The reference's terms for heads (h, h + 1) of one key: bf16(relu(bf16(dot)) * w_h) as bf16x2.
+__device__ __forceinline__ uint32_t head_terms(float dot_lo, float dot_hi, uint32_t w2) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(dot_hi), "f"(dot_lo));
+  asm("max.bf16x2 %0, %0, %1;" : "+r"(d) : "r"(0u));
+  asm("fma.rn.bf16x2 %0, %0, %1, %2;" : "+r"(d) : "r"(w2), "r"(0x80008000u));
+  return d;
+}
+
+__device__ __forceinline__ uint32_t bf16_bits_pair(float lo, float hi) {
+  // lo and hi are bf16 values held in fp32: their top halves are the bf16 bits.
+  return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+}
+
+struct Shared {
+  unsigned char* raw;     // u8 [kStages][64 keys x 68 B], as in the pool
+  __nv_bfloat16* tile;    // bf16 [64 keys][kRowPad], decoded
+  __nv_bfloat16* terms;   // bf16 [kRows][64 keys][kVPad]
+  uint64_t* cand;         // u64 [kRows][kCap]
+  int* count;             // [kRows]
+  uint64_t* thr;          // [kRows]
+  int* hist;              // [256]
+  SelectState* sel;
+  __device__ CandidateBuffer buf(int r) const { return CandidateBuffer{cand + r * kCap, count + r, thr + r}; }
+};
+
+// Scores rows [ga, gb) of the block (rows t0 .. t0 + kRows - 1), all of sequence seq, over this
+// split's share of their keys. Called by the whole block; returns synchronized.
+__device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, int t0, int ga, int gb, int seq) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, split = blockIdx.y;
+  // Keys row t0 + r sees (0 for rows outside the group).
+  auto n_vis = [&](int r) {
+    const int t = t0 + r;
+    return seq >= 0 && t >= ga && t < gb ? (int64_t(g.b.token_pos[t]) + 1) / g.ratio : int64_t(0);
+  };
+  int64_t n_max = 0;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) n_max = std::max(n_max, n_vis(r));
+  const int64_t chunk = split_keys(n_max, g.n_splits, g.min_split_keys);
+  const int64_t begin = int64_t(split) * chunk, end = std::min(n_max, begin + chunk);
+  auto write_empty = [&] {
+    if (tid < kRows && t0 + tid >= ga && t0 + tid < gb) g.counts[int64_t(t0 + tid) * g.n_splits + split] = 0;
+  };
+  if (begin >= end) {  // padding rows, nothing visible, or nothing left for this split
+    write_empty();
+    return;
+  }
+  const int32_t* bt = g.b.block_table + int64_t(seq) * g.b.max_blocks;
+
+  __syncthreads();  // the previous group is done with shared memory
+  if (tid < kRows) {
+    s.count[tid] = 0;
+    s.thr[tid] = 0;
+  }
+  // This warp's row and heads: B fragments (q) and the bf16x2 weights of its head pairs.
+  const int r = warp >> 1, h_base = 32 * (warp & 1);
+  const int64_t row_end = std::min(n_vis(r), begin + chunk);
+  const bool mma_on = row_end > begin && h_base < g.n_heads;
+  uint32_t qf[4][kHeadDim / 16][2];
+  uint32_t w2[4];
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    const int h = h_base + 8 * nt + lane / 4, hw = h_base + 8 * nt + 2 * (lane % 4);
+    const bool h_ok = mma_on && h < g.n_heads;
+    const uint32_t* q = reinterpret_cast<const uint32_t*>(g.qi + (int64_t(t0 + r) * g.n_heads + (h_ok ? h : 0)) * kHeadDim);
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+      qf[nt][ks][0] = h_ok ? q[8 * ks + lane % 4] : 0u;
+      qf[nt][ks][1] = h_ok ? q[8 * ks + 4 + lane % 4] : 0u;
+    }
+    const float* w = g.w + int64_t(t0 + r) * g.n_heads;
+    w2[nt] = mma_on && hw < g.n_heads ? bf16_bits_pair(w[hw], w[hw + 1]) : 0u;
+  }
+
+  auto issue_tile = [&](int64_t e0, int stage) {  // every thread commits one group per call
+    if (e0 < end) {
+      const uint32_t dst = smem_u32(s.raw + stage * kRawTileBytes);
+      for (int i = tid; i < kTileKeys * kRecordWords; i += kThreads) {
+        const int j = i / kRecordWords, word = i - j * kRecordWords;
+        const int64_t e = e0 + j;
+        const bool ok = e < end;
+        const uint8_t* src = ok ? g.keys + paged_record_offset(bt, e, g.ratio, kKeyBytes) + 4 * word : g.keys;
+        cp_async4(dst + 4 * i, src, ok);
+      }
+    }
+    cp_async_commit();
+  };
+  const int64_t n_tiles = ceil_div(end - begin, kTileKeys);
+  issue_tile(begin, 0);
+  issue_tile(begin + kTileKeys, 1);
+  cp_async_wait<1>();
+  __syncthreads();  // tile 0 has landed; counts are reset
+
+  for (int64_t it = 0; it < n_tiles; ++it) {
+    const int64_t e0 = begin + it * kTileKeys;
+    // Tile it + 2 goes to the slot tile it - 1 was decoded from (before the last barrier).
+    issue_tile(e0 + 2 * kTileKeys, int((it + 2) % kStages));
+    {  // decode: 64 keys x 16 words of 8 codes, 4 per thread
+      const unsigned char* raw = s.raw + int(it % kStages) * kRawTileBytes;
+#pragma unroll
+      for (int p = 0; p < kTileKeys * 16 / kThreads; ++p) {
+        const int i = tid + p * kThreads, j = i >> 4, wi = i & 15;
+        const unsigned char* rec = raw + j * kKeyBytes;
+        uint32_t v[4];
+        decode_e2m1x8(*reinterpret_cast<const uint32_t*>(rec + 4 * wi), rec[kHeadDim / 2 + wi / 4], v);
+        *reinterpret_cast<uint4*>(s.tile + j * kRowPad + wi * 8) = make_uint4(v[0], v[1], v[2], v[3]);
+      }
+    }
+    __syncthreads();
+
+    if (mma_on) {
+#pragma unroll
+      for (int mt = 0; mt < kTileKeys / 16; ++mt) {  // keys 16 mt .. + 15 (one m16 tile per pass: registers)
+        float acc[4][4] = {};
+#pragma unroll
+        for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+          uint32_t a[4];
+          ldmatrix_x4(a, smem_u32(s.tile + (16 * mt + lane % 16) * kRowPad + 16 * ks + (lane / 16) * 8));
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) mma_bf16(acc[nt], a, qf[nt][ks][0], qf[nt][ks][1]);
+        }
+        // acc[nt]: c0, c1 = key 16 mt + lane / 4, heads hw, hw + 1; c2, c3 = the key 8 further.
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const int key = 16 * mt + lane / 4, hw = h_base + 8 * nt + 2 * (lane % 4);
+          __nv_bfloat16* t = s.terms + (r * kTileKeys + key) * kVPad + hw;
+          *reinterpret_cast<uint32_t*>(t) = head_terms(acc[nt][0], acc[nt][1], w2[nt]);
+          *reinterpret_cast<uint32_t*>(t + 8 * kVPad) = head_terms(acc[nt][2], acc[nt][3], w2[nt]);
+        }
+      }
+    }
+    __syncthreads();
+
+    {  // score = bf16(sum over heads in head order, fp32): thread = (row tid / 64 = r, key tid % 64)
+      const int key = tid % kTileKeys;
+      uint64_t k64 = 0;  // none
+      if (e0 + key < row_end) {
+        const uint4* row = reinterpret_cast<const uint4*>(s.terms + (r * kTileKeys + key) * kVPad);
+        float total = 0.0f;
+        for (int i = 0; i < g.n_heads / 8; ++i) {
+          const uint4 u = row[i];
+          const uint32_t pr[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            total = __fadd_rn(total, __uint_as_float(pr[j] << 16));
+            total = __fadd_rn(total, __uint_as_float(pr[j] & 0xffff0000u));
+          }
+        }
+        k64 = topk_key(ref::round_bf16(total), int32_t(e0 + key));
+      }
+      offer(s.buf(r), k64);  // warp-uniform: both warps of a row offer to its buffer
+    }
+    cp_async_wait<1>();  // tile it + 1 (this thread's pieces)
+    __syncthreads();     // ... everyone's; the terms and the decoded tile are free again
+#pragma unroll 1
+    for (int rr = 0; rr < kRows; ++rr)
+      if (s.count[rr] > kCap - kTileKeys) cut_candidates<kCap / kThreads>(s.buf(rr), g.topk, s.hist, s.sel);
+  }
+  cp_async_wait<0>();  // nothing in flight into the ring past this group
+
+  // Each row's list: its best topk keys, sorted when the merge reads several lists per row.
+#pragma unroll 1
+  for (int rr = 0; rr < kRows; ++rr) {
+    const int t = t0 + rr;
+    if (t < ga || t >= gb) continue;  // another group's row (block-uniform)
+    const int64_t slot = int64_t(t) * g.n_splits + split;
+    if (std::min(n_vis(rr), begin + chunk) <= begin) {
+      if (tid == 0) g.counts[slot] = 0;
+      continue;
+    }
+    const CandidateBuffer buf = s.buf(rr);
+    cut_candidates<kCap / kThreads>(buf, g.topk, s.hist, s.sel);  // no-op when <= topk held
+    if (g.n_splits > 1) sort_keys_desc(buf.keys, *buf.count);
+    const int n_out = *buf.count;
+    uint64_t* out = g.cand + slot * g.ws_topk;
+    for (int i = tid; i < n_out; i += kThreads) out[i] = buf.keys[i];
+    if (tid == 0) g.counts[slot] = n_out;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 2) indexer_rows_kernel(const TopkArgs g) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int s_count[kRows];
+  __shared__ uint64_t s_thr[kRows];
+  __shared__ int s_hist[256];
+  __shared__ SelectState s_sel;
+  Shared s;
+  s.raw = smem;
+  s.tile = reinterpret_cast<__nv_bfloat16*>(smem + kRawBytes);
+  s.terms = reinterpret_cast<__nv_bfloat16*>(smem + kRawBytes + kTileBytes);
+  s.cand = reinterpret_cast<uint64_t*>(smem + kRawBytes + kTileBytes + kTermBytes);
+  s.count = s_count;
+  s.thr = s_thr;
+  s.hist = s_hist;
+  s.sel = &s_sel;
+
+  pdl_wait();
+  const int t0 = blockIdx.x * kRows, t_end = std::min(g.b.n_tokens, t0 + kRows);
+  for (int ga = t0; ga < t_end;) {  // groups of consecutive rows of one sequence
+    const int seq = g.b.token_seq[ga];
+    int gb = ga + 1;
+    while (gb < t_end && g.b.token_seq[gb] == seq) ++gb;
+    score_group(g, s, t0, ga, gb, seq);
+    ga = gb;
+  }
+}
+
+}  // namespace
+
+Status launch_indexer_rows(const TopkArgs& g, cudaStream_t stream, bool pdl) {
+  DSV4_RETURN_IF_ERROR(
+      cuda_status(cudaFuncSetAttribute(indexer_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
+                  "cudaFuncSetAttribute(indexer_rows_kernel)"));
+  const unsigned groups = unsigned(ceil_div(g.b.n_tokens, kRows));
+  return launch_kernel(&indexer_rows_kernel, dim3(groups, unsigned(g.n_splits)), dim3(kThreads), kSmemBytes, stream,
+                       pdl, g, "indexer_rows_kernel");
+}
+
+}  // namespace dsv4::cuda::indexer_detail
