@@ -12,8 +12,9 @@
 //    terms the head sums read;
 //  - every thread sums one (row, key) over the heads in head order (fp32, the reference's order),
 //    so all 8 warps share the sums;
-//  - the keys arrive by cp.async in a ring of three tiles, in 4-byte pieces (a 68-byte record is
-//    4-byte aligned), so the copies of tile i + 2 fly while tile i is scored.
+//  - the keys arrive by cp.async in a ring of three tiles, so the copies of tile i + 2 fly while
+//    tile i is scored: a tile is one run of 64 records (4352 B, one page at ratio 4) copied in
+//    16-byte pieces, or record by record in 4-byte pieces where a tile spans pages.
 // Rows of one block that belong to different sequences (several prompts in one step) are scored
 // as consecutive groups, each over its own sequence's keys with the other rows masked. Within a
 // group the split boundaries come from the group's longest row; a row masks keys past its own
@@ -32,6 +33,7 @@
 namespace dsv4::cuda::indexer_detail {
 namespace {
 
+using mma::cp_async16;
 using mma::cp_async4;
 using mma::cp_async_commit;
 using mma::cp_async_wait;
@@ -134,12 +136,19 @@ __device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, 
   auto issue_tile = [&](int64_t e0, int stage) {  // every thread commits one group per call
     if (e0 < end) {
       const uint32_t dst = smem_u32(s.raw + stage * kRawTileBytes);
-      for (int i = tid; i < kTileKeys * kRecordWords; i += kThreads) {
-        const int j = i / kRecordWords, word = i - j * kRecordWords;
-        const int64_t e = e0 + j;
-        const bool ok = e < end;
-        const uint8_t* src = ok ? g.keys + paged_record_offset(bt, e, g.ratio, kKeyBytes) + 4 * word : g.keys;
-        cp_async4(dst + 4 * i, src, ok);
+      const int64_t run = paged_run_offset(bt, e0, kTileKeys, g.ratio, kKeyBytes);
+      if (run >= 0 && (reinterpret_cast<uintptr_t>(g.keys + run) & 15) == 0) {
+        // The tile is one run of records (ratio <= 4: a page holds whole tiles): 16-byte pieces.
+        // Records past `end` are read too (they are in the same page) and masked when scored.
+        for (int i = tid; i < kRawTileBytes / 16; i += kThreads) cp_async16(dst + 16 * i, g.keys + run + 16 * i, true);
+      } else {
+        for (int i = tid; i < kTileKeys * kRecordWords; i += kThreads) {
+          const int j = i / kRecordWords, word = i - j * kRecordWords;
+          const int64_t e = e0 + j;
+          const bool ok = e < end;
+          const uint8_t* src = ok ? g.keys + paged_record_offset(bt, e, g.ratio, kKeyBytes) + 4 * word : g.keys;
+          cp_async4(dst + 4 * i, src, ok);
+        }
       }
     }
     cp_async_commit();

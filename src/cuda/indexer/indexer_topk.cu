@@ -76,6 +76,8 @@ struct TileWords {
 };
 
 __device__ __forceinline__ void load_tile(TileWords& r, const TopkArgs& g, const int32_t* bt, int64_t e0, int64_t end) {
+  // One page lookup per tile (kv_view.h), unless the tile spans pages (ratio > 4).
+  const int64_t run = e0 < end ? paged_run_offset(bt, e0, kTileKeys, g.ratio, kKeyBytes) : 0;
 #pragma unroll
   for (int i = 0; i < kItemsPerThread; ++i) {
     const int item = threadIdx.x + kSplitThreads * i;
@@ -84,7 +86,8 @@ __device__ __forceinline__ void load_tile(TileWords& r, const TopkArgs& g, const
     r.word[i] = 0;
     r.scale[i] = 127;
     if (e < end) {
-      const uint8_t* rec = g.keys + paged_record_offset(bt, e, g.ratio, kKeyBytes);
+      const uint8_t* rec =
+          g.keys + (run >= 0 ? run + int64_t(item / 16) * kKeyBytes : paged_record_offset(bt, e, g.ratio, kKeyBytes));
       r.word[i] = __ldg(reinterpret_cast<const uint32_t*>(rec) + wi);
       r.scale[i] = __ldg(rec + kHeadDim / 2 + wi / 4);
     }

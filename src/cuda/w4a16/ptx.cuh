@@ -14,6 +14,7 @@
 
 namespace dsv4::cuda::w4a16_detail {
 
+using mma::cp_async16;
 using mma::cp_async_commit;
 using mma::cp_async_wait;
 using mma::ldmatrix_x4;
@@ -22,11 +23,6 @@ using mma::pack_bf16x2;
 using mma::round_bf16;
 using mma::smem_u32;
 
-// 16-byte global -> shared copy; bytes past src_bytes (0 or 16) are zero-filled.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
 
 // (a & b) | c in one instruction (the compiler does not reliably fuse it).
 __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
