@@ -652,6 +652,25 @@ TEST(CudaIndexerPlan, SplitsCoverEveryKey) {
   EXPECT_EQ(split_keys(1024, 64, kMinSplitKeys), 1024);
 }
 
+// The tile address the split kernels compute once per 64-key tile (common/kv_view.h) against the
+// per-record offset: the same bytes where a tile lies in one page, -1 where it spans pages.
+TEST(CudaIndexerPlan, PagedRunOffsetMatchesRecordOffset) {
+  const std::vector<int32_t> bt = {7, 2, 9, 0, 5, 11, 3};
+  for (int ratio : {1, 2, 4, 8, 128}) {
+    const int per_block = kKvBlockTokens / ratio;
+    for (int64_t e0 = 0; e0 + kTileKeys <= int64_t(bt.size()) * per_block; e0 += 32) {
+      const int64_t run = paged_run_offset(bt.data(), e0, kTileKeys, ratio, kKeyBytes);
+      if (e0 % per_block + kTileKeys > per_block) {
+        EXPECT_EQ(run, -1) << "ratio " << ratio << ", entry " << e0;
+        continue;
+      }
+      for (int j = 0; j < kTileKeys; ++j)
+        ASSERT_EQ(run + int64_t(j) * kKeyBytes, paged_record_offset(bt.data(), e0 + j, ratio, kKeyBytes))
+            << "ratio " << ratio << ", entry " << e0 << " + " << j;
+    }
+  }
+}
+
 // The select the kernels run (candidates.cuh), on the CPU: passes of radix_digit over 8-bit
 // digits, the device's per-lane form (groups of 8 bins scanned from the top, radix_digit on the
 // group that holds the key), until every key of a bin is taken; the keys >= the prefix must be

@@ -44,20 +44,36 @@ using mma::smem_u32;
 constexpr int kThreads = 256;  // 8 warps: warp w scores row w / 2, heads 32 (w % 2) .. + 31
 constexpr int kRows = kRowsPerBlock;
 constexpr int kMaxHeads = 64;
-constexpr int kStages = 3;                             // key tiles in flight
 constexpr int kRecordWords = kKeyBytes / 4;            // 17
 constexpr int kRawTileBytes = kTileKeys * kKeyBytes;   // 4352
-constexpr int kRowPad = kHeadDim + 8;                  // bf16 per decoded key (272 B): ldmatrix rows hit distinct banks
-constexpr int kVPad = kMaxHeads + 8;                   // bf16 per (row, key) of terms (144 B): conflict-free stores and reads
 constexpr int kCap = kMaxTopk + 256;                   // candidate buffer of one row
-constexpr int kRawBytes = kStages * kRawTileBytes;
-constexpr int kTileBytes = kTileKeys * kRowPad * 2;
-constexpr int kTermBytes = kRows * kTileKeys * kVPad * 2;
+#ifndef DSV4_ROWS_PASS_TILES
+#define DSV4_ROWS_PASS_TILES 1
+#endif
+constexpr int kPassTiles = DSV4_ROWS_PASS_TILES;       // EXPERIMENT: m16 key tiles per MMA pass
+// Shared memory: two raw tiles (as in the pool), two decoded tiles (bf16 [64 keys][128 dims],
+// 256-byte rows), the terms (bf16 [kRows x 64 keys][64 heads], 128-byte rows) and the rows'
+// candidate buffers. The bf16 rows are XOR-swizzled by 16-byte chunk (chunk c of row j lives at
+// c ^ (j & 7)), so ldmatrix, the term stores and the head-sum reads are all free of bank
+// conflicts without padding: 98816 B, which fits one block on an SM86 SM (99 KB) and two on SM90.
+constexpr int kRawBytes = 2 * kRawTileBytes;
+constexpr int kTileBytes = kTileKeys * kHeadDim * 2;
+constexpr int kTermBytes = kRows * kTileKeys * kMaxHeads * 2;
 constexpr int kCandBytes = kRows * kCap * 8;
-constexpr int kSmemBytes = kRawBytes + kTileBytes + kTermBytes + kCandBytes;  // 91904: 2 blocks per H200 SM, 1 on SM86
+constexpr int kSmemBytes = kRawBytes + 2 * kTileBytes + kTermBytes + kCandBytes;
+// Blocks per SM the registers are bounded for: two on SM90 (228 KB of shared memory per SM), one
+// on SM86 (100 KB), which may then use more than 128 registers per thread.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr int kMinBlocks = 1;
+#else
+constexpr int kMinBlocks = 2;
+#endif
 static_assert(kThreads == 2 * 32 * kRows, "two warps per row");
 static_assert(kCap % kThreads == 0 && kCap >= kMaxTopk + kTileKeys, "cut_candidates covers the buffer");
 static_assert(kRawBytes % 16 == 0 && kTileBytes % 16 == 0 && kTermBytes % 16 == 0, "16-byte aligned regions");
+
+// bf16 offset of 16-byte chunk c (8 values) of row j in a swizzled buffer of `row` bf16 per row.
+__device__ __forceinline__ int swz(int j, int c, int row) { return j * row + ((c ^ (j & 7)) << 3); }
 
 // The reference's terms for heads (h, h + 1) of one key: bf16(relu(bf16(dot)) * w_h) as bf16x2.
 __device__ __forceinline__ uint32_t head_terms(float dot_lo, float dot_hi, uint32_t w2) {
@@ -74,9 +90,9 @@ __device__ __forceinline__ uint32_t bf16_bits_pair(float lo, float hi) {
 }
 
 struct Shared {
-  unsigned char* raw;     // u8 [kStages][64 keys x 68 B], as in the pool
-  __nv_bfloat16* tile;    // bf16 [64 keys][kRowPad], decoded
-  __nv_bfloat16* terms;   // bf16 [kRows][64 keys][kVPad]
+  unsigned char* raw;     // u8 [2][64 keys x 68 B], as in the pool
+  __nv_bfloat16* tile;    // bf16 [2][64 keys][128 dims], decoded, swizzled
+  __nv_bfloat16* terms;   // bf16 [kRows x 64 keys][64 heads], swizzled
   uint64_t* cand;         // u64 [kRows][kCap]
   int* count;             // [kRows]
   uint64_t* thr;          // [kRows]
@@ -86,24 +102,22 @@ struct Shared {
 };
 
 // Scores rows [ga, gb) of the block (rows t0 .. t0 + kRows - 1), all of sequence seq, over this
-// split's share of their keys. Called by the whole block; returns synchronized.
+// split's share of their keys. Called by the whole block; returns synchronized. Key indices are
+// int: n_vis = (position + 1) / ratio < 2^31.
 __device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, int t0, int ga, int gb, int seq) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, split = blockIdx.y;
   // Keys row t0 + r sees (0 for rows outside the group).
   auto n_vis = [&](int r) {
     const int t = t0 + r;
-    return seq >= 0 && t >= ga && t < gb ? (int64_t(g.b.token_pos[t]) + 1) / g.ratio : int64_t(0);
+    return seq >= 0 && t >= ga && t < gb ? (g.b.token_pos[t] + 1) / g.ratio : 0;
   };
-  int64_t n_max = 0;
+  int n_max = 0;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) n_max = std::max(n_max, n_vis(r));
-  const int64_t chunk = split_keys(n_max, g.n_splits, g.min_split_keys);
-  const int64_t begin = int64_t(split) * chunk, end = std::min(n_max, begin + chunk);
-  auto write_empty = [&] {
-    if (tid < kRows && t0 + tid >= ga && t0 + tid < gb) g.counts[int64_t(t0 + tid) * g.n_splits + split] = 0;
-  };
+  const int chunk = int(split_keys(n_max, g.n_splits, g.min_split_keys));
+  const int begin = split * chunk, end = std::min(n_max, begin + chunk);
   if (begin >= end) {  // padding rows, nothing visible, or nothing left for this split
-    write_empty();
+    if (tid < kRows && t0 + tid >= ga && t0 + tid < gb) g.counts[int64_t(t0 + tid) * g.n_splits + split] = 0;
     return;
   }
   const int32_t* bt = g.b.block_table + int64_t(seq) * g.b.max_blocks;
@@ -115,7 +129,7 @@ __device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, 
   }
   // This warp's row and heads: B fragments (q) and the bf16x2 weights of its head pairs.
   const int r = warp >> 1, h_base = 32 * (warp & 1);
-  const int64_t row_end = std::min(n_vis(r), begin + chunk);
+  const int row_end = std::min(n_vis(r), begin + chunk);
   const bool mma_on = row_end > begin && h_base < g.n_heads;
   uint32_t qf[4][kHeadDim / 16][2];
   uint32_t w2[4];
@@ -133,7 +147,8 @@ __device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, 
     w2[nt] = mma_on && hw < g.n_heads ? bf16_bits_pair(w[hw], w[hw + 1]) : 0u;
   }
 
-  auto issue_tile = [&](int64_t e0, int stage) {  // every thread commits one group per call
+  // Raw tile of keys e0 .. e0 + 63 into slot `stage`; every thread commits one group per call.
+  auto issue_raw = [&](int e0, int stage) {
     if (e0 < end) {
       const uint32_t dst = smem_u32(s.raw + stage * kRawTileBytes);
       const int64_t run = paged_run_offset(bt, e0, kTileKeys, g.ratio, kKeyBytes);
@@ -144,69 +159,85 @@ __device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, 
       } else {
         for (int i = tid; i < kTileKeys * kRecordWords; i += kThreads) {
           const int j = i / kRecordWords, word = i - j * kRecordWords;
-          const int64_t e = e0 + j;
-          const bool ok = e < end;
-          const uint8_t* src = ok ? g.keys + paged_record_offset(bt, e, g.ratio, kKeyBytes) + 4 * word : g.keys;
+          const bool ok = e0 + j < end;
+          const uint8_t* src = ok ? g.keys + paged_record_offset(bt, e0 + j, g.ratio, kKeyBytes) + 4 * word : g.keys;
           cp_async4(dst + 4 * i, src, ok);
         }
       }
     }
     cp_async_commit();
   };
-  const int64_t n_tiles = ceil_div(end - begin, kTileKeys);
-  issue_tile(begin, 0);
-  issue_tile(begin + kTileKeys, 1);
-  cp_async_wait<1>();
-  __syncthreads();  // tile 0 has landed; counts are reset
-
-  for (int64_t it = 0; it < n_tiles; ++it) {
-    const int64_t e0 = begin + it * kTileKeys;
-    // Tile it + 2 goes to the slot tile it - 1 was decoded from (before the last barrier).
-    issue_tile(e0 + 2 * kTileKeys, int((it + 2) % kStages));
-    {  // decode: 64 keys x 16 words of 8 codes, 4 per thread
-      const unsigned char* raw = s.raw + int(it % kStages) * kRawTileBytes;
+  // Raw slot `stage` -> decoded buffer `buf`: 64 keys x 16 words of 8 codes, 4 per thread.
+  auto decode = [&](int stage, int buf) {
+    const unsigned char* raw = s.raw + stage * kRawTileBytes;
+    __nv_bfloat16* tile = s.tile + buf * (kTileKeys * kHeadDim);
 #pragma unroll
-      for (int p = 0; p < kTileKeys * 16 / kThreads; ++p) {
-        const int i = tid + p * kThreads, j = i >> 4, wi = i & 15;
-        const unsigned char* rec = raw + j * kKeyBytes;
-        uint32_t v[4];
-        decode_e2m1x8(*reinterpret_cast<const uint32_t*>(rec + 4 * wi), rec[kHeadDim / 2 + wi / 4], v);
-        *reinterpret_cast<uint4*>(s.tile + j * kRowPad + wi * 8) = make_uint4(v[0], v[1], v[2], v[3]);
-      }
+    for (int p = 0; p < kTileKeys * 16 / kThreads; ++p) {
+      const int i = tid + p * kThreads, j = i >> 4, wi = i & 15;
+      const unsigned char* rec = raw + j * kKeyBytes;
+      uint32_t v[4];
+      decode_e2m1x8(*reinterpret_cast<const uint32_t*>(rec + 4 * wi), rec[kHeadDim / 2 + wi / 4], v);
+      *reinterpret_cast<uint4*>(tile + swz(j, wi, kHeadDim)) = make_uint4(v[0], v[1], v[2], v[3]);
     }
-    __syncthreads();
+  };
 
+  // Pipeline, two barriers per tile: phase A scores tile it from one decoded buffer into the
+  // terms while tile it + 1 is decoded into the other and tile it + 2 is copied into the raw
+  // slot tile it came from; phase B sums the terms and offers the scores.
+  const int n_tiles = int(ceil_div(end - begin, kTileKeys));
+  issue_raw(begin, 0);
+  issue_raw(begin + kTileKeys, 1);
+  cp_async_wait<1>();
+  __syncthreads();  // raw tile 0 has landed
+  decode(0, 0);
+  cp_async_wait<0>();
+  __syncthreads();  // tile 0 decoded, raw tile 1 landed, counts reset
+
+  for (int it = 0; it < n_tiles; ++it) {
+    const int e0 = begin + it * kTileKeys, cur = it & 1;
+    issue_raw(e0 + 2 * kTileKeys, cur);  // raw tile it was decoded before the last barrier
     if (mma_on) {
+      const __nv_bfloat16* tile = s.tile + cur * (kTileKeys * kHeadDim);
 #pragma unroll
-      for (int mt = 0; mt < kTileKeys / 16; ++mt) {  // keys 16 mt .. + 15 (one m16 tile per pass: registers)
-        float acc[4][4] = {};
+      for (int pass = 0; pass < kTileKeys / (16 * kPassTiles); ++pass) {  // kPassTiles m16 tiles of keys per pass
+        float acc[kPassTiles][4][4] = {};
 #pragma unroll
         for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-          uint32_t a[4];
-          ldmatrix_x4(a, smem_u32(s.tile + (16 * mt + lane % 16) * kRowPad + 16 * ks + (lane / 16) * 8));
+          uint32_t a[kPassTiles][4];
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt) mma_bf16(acc[nt], a, qf[nt][ks][0], qf[nt][ks][1]);
-        }
-        // acc[nt]: c0, c1 = key 16 mt + lane / 4, heads hw, hw + 1; c2, c3 = the key 8 further.
+          for (int mt = 0; mt < kPassTiles; ++mt) {
+            const int row = 16 * (kPassTiles * pass + mt) + lane % 16;
+            ldmatrix_x4(a[mt], smem_u32(tile + swz(row, 2 * ks + lane / 16, kHeadDim)));
+          }
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const int key = 16 * mt + lane / 4, hw = h_base + 8 * nt + 2 * (lane % 4);
-          __nv_bfloat16* t = s.terms + (r * kTileKeys + key) * kVPad + hw;
-          *reinterpret_cast<uint32_t*>(t) = head_terms(acc[nt][0], acc[nt][1], w2[nt]);
-          *reinterpret_cast<uint32_t*>(t + 8 * kVPad) = head_terms(acc[nt][2], acc[nt][3], w2[nt]);
+          for (int mt = 0; mt < kPassTiles; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) mma_bf16(acc[mt][nt], a[mt], qf[nt][ks][0], qf[nt][ks][1]);
         }
+        // acc[mt][nt]: c0, c1 = key 16 (kPassTiles pass + mt) + lane / 4, heads hw, hw + 1; c2, c3 = key + 8.
+#pragma unroll
+        for (int mt = 0; mt < kPassTiles; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) {
+            const int key = 16 * (kPassTiles * pass + mt) + lane / 4, c = (h_base >> 3) + nt, q2 = 2 * (lane % 4);
+            *reinterpret_cast<uint32_t*>(s.terms + swz(r * kTileKeys + key, c, kMaxHeads) + q2) =
+                head_terms(acc[mt][nt][0], acc[mt][nt][1], w2[nt]);
+            *reinterpret_cast<uint32_t*>(s.terms + swz(r * kTileKeys + key + 8, c, kMaxHeads) + q2) =
+                head_terms(acc[mt][nt][2], acc[mt][nt][3], w2[nt]);
+          }
       }
     }
+    if (it + 1 < n_tiles) decode(cur ^ 1, cur ^ 1);
     __syncthreads();
 
     {  // score = bf16(sum over heads in head order, fp32): thread = (row tid / 64 = r, key tid % 64)
       const int key = tid % kTileKeys;
       uint64_t k64 = 0;  // none
       if (e0 + key < row_end) {
-        const uint4* row = reinterpret_cast<const uint4*>(s.terms + (r * kTileKeys + key) * kVPad);
+        const __nv_bfloat16* row = s.terms + (r * kTileKeys + key) * kMaxHeads;
         float total = 0.0f;
-        for (int i = 0; i < g.n_heads / 8; ++i) {
-          const uint4 u = row[i];
+        for (int c = 0; c < g.n_heads / 8; ++c) {
+          const uint4 u = *reinterpret_cast<const uint4*>(row + ((c ^ (key & 7)) << 3));
           const uint32_t pr[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
@@ -214,17 +245,16 @@ __device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, 
             total = __fadd_rn(total, __uint_as_float(pr[j] & 0xffff0000u));
           }
         }
-        k64 = topk_key(ref::round_bf16(total), int32_t(e0 + key));
+        k64 = topk_key(ref::round_bf16(total), e0 + key);
       }
       offer(s.buf(r), k64);  // warp-uniform: both warps of a row offer to its buffer
     }
-    cp_async_wait<1>();  // tile it + 1 (this thread's pieces)
-    __syncthreads();     // ... everyone's; the terms and the decoded tile are free again
+    cp_async_wait<0>();  // raw tile it + 2 (this thread's pieces)
+    __syncthreads();     // ... everyone's; the terms are free again; the offers are counted
 #pragma unroll 1
     for (int rr = 0; rr < kRows; ++rr)
       if (s.count[rr] > kCap - kTileKeys) cut_candidates<kCap / kThreads>(s.buf(rr), g.topk, s.hist, s.sel);
   }
-  cp_async_wait<0>();  // nothing in flight into the ring past this group
 
   // Each row's list: its best topk keys, sorted when the merge reads several lists per row.
 #pragma unroll 1
@@ -246,7 +276,7 @@ __device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, 
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 2) indexer_rows_kernel(const TopkArgs g) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks) indexer_rows_kernel(const TopkArgs g) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int s_count[kRows];
   __shared__ uint64_t s_thr[kRows];
@@ -255,8 +285,8 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_rows_kernel(const TopkArg
   Shared s;
   s.raw = smem;
   s.tile = reinterpret_cast<__nv_bfloat16*>(smem + kRawBytes);
-  s.terms = reinterpret_cast<__nv_bfloat16*>(smem + kRawBytes + kTileBytes);
-  s.cand = reinterpret_cast<uint64_t*>(smem + kRawBytes + kTileBytes + kTermBytes);
+  s.terms = reinterpret_cast<__nv_bfloat16*>(smem + kRawBytes + 2 * kTileBytes);
+  s.cand = reinterpret_cast<uint64_t*>(smem + kRawBytes + 2 * kTileBytes + kTermBytes);
   s.count = s_count;
   s.thr = s_thr;
   s.hist = s_hist;
