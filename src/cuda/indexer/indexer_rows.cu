@@ -47,10 +47,6 @@ constexpr int kMaxHeads = 64;
 constexpr int kRecordWords = kKeyBytes / 4;            // 17
 constexpr int kRawTileBytes = kTileKeys * kKeyBytes;   // 4352
 constexpr int kCap = kMaxTopk + 256;                   // candidate buffer of one row
-#ifndef DSV4_ROWS_PASS_TILES
-#define DSV4_ROWS_PASS_TILES 1
-#endif
-constexpr int kPassTiles = DSV4_ROWS_PASS_TILES;       // EXPERIMENT: m16 key tiles per MMA pass
 // Shared memory: two raw tiles (as in the pool), two decoded tiles (bf16 [64 keys][128 dims],
 // 256-byte rows), the terms (bf16 [kRows x 64 keys][64 heads], 128-byte rows) and the rows'
 // candidate buffers. The bf16 rows are XOR-swizzled by 16-byte chunk (chunk c of row j lives at
@@ -82,6 +78,10 @@ __device__ __forceinline__ uint32_t head_terms(float dot_lo, float dot_hi, uint3
   asm("max.bf16x2 %0, %0, %1;" : "+r"(d) : "r"(0u));
   asm("fma.rn.bf16x2 %0, %0, %1, %2;" : "+r"(d) : "r"(w2), "r"(0x80008000u));
   return d;
+}
+
+__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
 
 __device__ __forceinline__ uint32_t bf16_bits_pair(float lo, float hi) {
@@ -147,11 +147,26 @@ __device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, 
     w2[nt] = mma_on && hw < g.n_heads ? bf16_bits_pair(w[hw], w[hw + 1]) : 0u;
   }
 
+  // Per-lane shared addresses of the MMA loop. ldmatrix: row lane % 16 of the first decoded
+  // tile (row & 7 = lane & 7); its logical chunk 2 ks + lane / 16 lives at 2 ks ^ tile_x. Terms:
+  // key lane / 4, head pair hw of n tile nt (keys lane / 4 + 16 mt and + 8 share its swizzle).
+  const uint32_t tile_lane = smem_u32(s.tile) + (lane % 16) * kHeadDim * 2;
+  const uint32_t tile_x = (lane & 7) ^ (lane >> 4);
+  uint32_t term_lane[4];
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+    term_lane[nt] = smem_u32(s.terms + swz(r * kTileKeys + lane / 4, (h_base >> 3) + nt, kMaxHeads) + 2 * (lane % 4));
+
+  const int per_page = kKvBlockTokens / g.ratio, page_shift = __ffs(per_page) - 1;  // ratio divides 256
   // Raw tile of keys e0 .. e0 + 63 into slot `stage`; every thread commits one group per call.
   auto issue_raw = [&](int e0, int stage) {
     if (e0 < end) {
       const uint32_t dst = smem_u32(s.raw + stage * kRawTileBytes);
-      const int64_t run = paged_run_offset(bt, e0, kTileKeys, g.ratio, kKeyBytes);
+      // paged_run_offset (kv_view.h) with shifts: a page's record count is a power of two.
+      const int in_page = e0 & (per_page - 1);
+      const int64_t run = in_page + kTileKeys <= per_page
+                              ? (int64_t(bt[e0 >> page_shift]) * per_page + in_page) * kKeyBytes
+                              : int64_t(-1);
       if (run >= 0 && (reinterpret_cast<uintptr_t>(g.keys + run) & 15) == 0) {
         // The tile is one run of records (ratio <= 4: a page holds whole tiles): 16-byte pieces.
         // Records past `end` are read too (they are in the same page) and masked when scored.
@@ -197,34 +212,26 @@ __device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, 
     const int e0 = begin + it * kTileKeys, cur = it & 1;
     issue_raw(e0 + 2 * kTileKeys, cur);  // raw tile it was decoded before the last barrier
     if (mma_on) {
-      const __nv_bfloat16* tile = s.tile + cur * (kTileKeys * kHeadDim);
+      // One m16 tile of keys per pass: 4 accumulators in flight. Two tiles per pass (8 in
+      // flight) spilled at the 128-register bound of two blocks per SM and measured 5% slower.
+      const uint32_t tile = tile_lane + cur * kTileBytes;
 #pragma unroll
-      for (int pass = 0; pass < kTileKeys / (16 * kPassTiles); ++pass) {  // kPassTiles m16 tiles of keys per pass
-        float acc[kPassTiles][4][4] = {};
+      for (int mt = 0; mt < kTileKeys / 16; ++mt) {
+        float acc[4][4] = {};
 #pragma unroll
         for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-          uint32_t a[kPassTiles][4];
+          uint32_t a[4];
+          ldmatrix_x4(a, tile + mt * 16 * kHeadDim * 2 + (((2 * ks) ^ tile_x) << 4));
 #pragma unroll
-          for (int mt = 0; mt < kPassTiles; ++mt) {
-            const int row = 16 * (kPassTiles * pass + mt) + lane % 16;
-            ldmatrix_x4(a[mt], smem_u32(tile + swz(row, 2 * ks + lane / 16, kHeadDim)));
-          }
-#pragma unroll
-          for (int mt = 0; mt < kPassTiles; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) mma_bf16(acc[mt][nt], a[mt], qf[nt][ks][0], qf[nt][ks][1]);
+          for (int nt = 0; nt < 4; ++nt) mma_bf16(acc[nt], a, qf[nt][ks][0], qf[nt][ks][1]);
         }
-        // acc[mt][nt]: c0, c1 = key 16 (kPassTiles pass + mt) + lane / 4, heads hw, hw + 1; c2, c3 = key + 8.
+        // acc[nt]: c0, c1 = key 16 mt + lane / 4, heads hw, hw + 1; c2, c3 = the key 8 further.
 #pragma unroll
-        for (int mt = 0; mt < kPassTiles; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt) {
-            const int key = 16 * (kPassTiles * pass + mt) + lane / 4, c = (h_base >> 3) + nt, q2 = 2 * (lane % 4);
-            *reinterpret_cast<uint32_t*>(s.terms + swz(r * kTileKeys + key, c, kMaxHeads) + q2) =
-                head_terms(acc[mt][nt][0], acc[mt][nt][1], w2[nt]);
-            *reinterpret_cast<uint32_t*>(s.terms + swz(r * kTileKeys + key + 8, c, kMaxHeads) + q2) =
-                head_terms(acc[mt][nt][2], acc[mt][nt][3], w2[nt]);
-          }
+        for (int nt = 0; nt < 4; ++nt) {
+          const uint32_t t = term_lane[nt] + mt * 16 * kMaxHeads * 2;
+          st_shared_u32(t, head_terms(acc[nt][0], acc[nt][1], w2[nt]));
+          st_shared_u32(t + 8 * kMaxHeads * 2, head_terms(acc[nt][2], acc[nt][3], w2[nt]));
+        }
       }
     }
     if (it + 1 < n_tiles) decode(cur ^ 1, cur ^ 1);
@@ -236,7 +243,9 @@ __device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, 
       if (e0 + key < row_end) {
         const __nv_bfloat16* row = s.terms + (r * kTileKeys + key) * kMaxHeads;
         float total = 0.0f;
-        for (int c = 0; c < g.n_heads / 8; ++c) {
+#pragma unroll
+        for (int c = 0; c < kMaxHeads / 8; ++c) {
+          if (8 * c >= g.n_heads) break;
           const uint4 u = *reinterpret_cast<const uint4*>(row + ((c ^ (key & 7)) << 3));
           const uint32_t pr[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
