@@ -321,9 +321,35 @@ TEST(CudaIndexer, TopkOneSplit) {
   run_topk(rows, 64, 4000, 1, 3, IndexerSplitKernel::kRows);
 }
 
+// The device side of a launch over rows of sequence 0 (65536 distinct keys) at `token_pos`:
+// the step batch and layer views point into the buffers held here.
+struct Seq0Launch {
+  DeviceBuffer ts, tp, bt, q, w;
+  StepBatchView b;
+  LayerKvView kv;
+};
+
+Seq0Launch seq0_launch(const std::vector<int32_t>& token_pos, const std::vector<float>& q, const std::vector<float>& w) {
+  KeyPool& kp = keys();
+  Seq0Launch l;
+  l.ts = upload_vector(std::vector<int32_t>(token_pos.size(), 0));
+  l.tp = upload_vector(token_pos);
+  l.bt = upload_vector(kp.blocks[0]);
+  l.q = upload_vector(to_bf16(q));
+  l.w = upload_vector(w);
+  l.b.n_tokens = int(token_pos.size());
+  l.b.n_seqs = 1;
+  l.b.token_seq = l.ts.as<int32_t>();
+  l.b.token_pos = l.tp.as<int32_t>();
+  l.b.block_table = l.bt.as<int32_t>();
+  l.b.max_blocks = kp.max_blocks;
+  l.kv.index_keys = kp.pool.as<uint8_t>();
+  l.kv.ratio = kRatio;
+  return l;
+}
+
 TEST(CudaIndexer, TopkTiming) {
   DSV4_SKIP_WITHOUT_GPU();
-  KeyPool& kp = keys();
   struct Case {
     int T;
     int64_t n_vis;
@@ -333,23 +359,13 @@ TEST(CudaIndexer, TopkTiming) {
     std::mt19937_64 rng(7);
     std::vector<float> q(size_t(T) * kHeads * kDim), w(size_t(T) * kHeads, 0.01f);
     for (int t = 0; t < T * kHeads; ++t) random_fp4_vector(rng, -2, 0, &q[size_t(t) * kDim]);
-    const std::vector<int32_t> token_seq(size_t(T), 0), token_pos(size_t(T), int32_t(4 * c.n_vis - 1));
-    DeviceBuffer d_ts = upload_vector(token_seq), d_tp = upload_vector(token_pos), d_bt = upload_vector(kp.blocks[0]);
-    DeviceBuffer d_q = upload_vector(to_bf16(q)), d_w = upload_vector(w), d_sel = device_alloc(size_t(T) * kTopk * 4);
-    StepBatchView b;
-    b.n_tokens = T;
-    b.n_seqs = 1;
-    b.token_seq = d_ts.as<int32_t>();
-    b.token_pos = d_tp.as<int32_t>();
-    b.block_table = d_bt.as<int32_t>();
-    b.max_blocks = kp.max_blocks;
-    LayerKvView kv;
-    kv.index_keys = kp.pool.as<uint8_t>();
-    kv.ratio = kRatio;
+    const Seq0Launch l = seq0_launch(std::vector<int32_t>(size_t(T), int32_t(4 * c.n_vis - 1)), q, w);
+    DeviceBuffer d_sel = device_alloc(size_t(T) * kTopk * 4);
     auto ws = IndexerWorkspace::create(256, 262144, kRatio, kTopk);
     ASSERT_TRUE(ws.is_ok());
     auto launch = [&] {
-      return indexer_topk(b, d_q.as<__nv_bfloat16>(), d_w.as<float>(), kHeads, kv, kTopk, *ws, d_sel.as<int32_t>(), nullptr);
+      return indexer_topk(l.b, l.q.as<__nv_bfloat16>(), l.w.as<float>(), kHeads, l.kv, kTopk, *ws, d_sel.as<int32_t>(),
+                          nullptr);
     };
     DSV4_ASSERT_OK(launch());
     DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
@@ -367,30 +383,18 @@ TEST(CudaIndexer, TopkTiming) {
 // rate counts the MMA work of the scores (2 x 64 heads x 128 dims per row and key).
 TEST(CudaIndexer, TopkPrefillTiming) {
   DSV4_SKIP_WITHOUT_GPU();
-  KeyPool& kp = keys();
   constexpr int T = 2048;
   std::mt19937_64 rng(11);
   std::vector<float> q(size_t(T) * kHeads * kDim), w(size_t(T) * kHeads);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (int t = 0; t < T * kHeads; ++t) random_fp4_vector(rng, -2, 0, &q[size_t(t) * kDim]);
   for (float& v : w) v = round_bf16(0.011048543f * nd(rng));
-  std::vector<int32_t> token_seq(static_cast<size_t>(T), 0), token_pos(static_cast<size_t>(T));
+  std::vector<int32_t> token_pos(static_cast<size_t>(T));
   for (int t = 0; t < T; ++t) token_pos[size_t(t)] = int32_t(4 * 65536 - T + t);  // the last chunk of a 256K prompt
-  DeviceBuffer d_ts = upload_vector(token_seq), d_tp = upload_vector(token_pos), d_bt = upload_vector(kp.blocks[0]);
-  DeviceBuffer d_q = upload_vector(to_bf16(q)), d_w = upload_vector(w);
+  const Seq0Launch l = seq0_launch(token_pos, q, w);
   DeviceBuffer d_sel_a = device_alloc(size_t(T) * kTopk * 4), d_sel_b = device_alloc(size_t(T) * kTopk * 4);
   poison(d_sel_a);
   poison(d_sel_b);
-  StepBatchView b;
-  b.n_tokens = T;
-  b.n_seqs = 1;
-  b.token_seq = d_ts.as<int32_t>();
-  b.token_pos = d_tp.as<int32_t>();
-  b.block_table = d_bt.as<int32_t>();
-  b.max_blocks = kp.max_blocks;
-  LayerKvView kv;
-  kv.index_keys = kp.pool.as<uint8_t>();
-  kv.ratio = kRatio;
   auto ws = IndexerWorkspace::create(T, 262144, kRatio, kTopk);
   ASSERT_TRUE(ws.is_ok());
   double keys_scored = 0;
@@ -401,8 +405,8 @@ TEST(CudaIndexer, TopkPrefillTiming) {
   for (int k = 0; k < 2; ++k) {
     DeviceBuffer& sel = k == 0 ? d_sel_a : d_sel_b;
     auto launch = [&] {
-      return indexer_topk(b, d_q.as<__nv_bfloat16>(), d_w.as<float>(), kHeads, kv, kTopk, *ws, sel.as<int32_t>(), nullptr,
-                          0, kinds[k]);
+      return indexer_topk(l.b, l.q.as<__nv_bfloat16>(), l.w.as<float>(), kHeads, l.kv, kTopk, *ws, sel.as<int32_t>(),
+                          nullptr, 0, kinds[k]);
     };
     DSV4_ASSERT_OK(launch());
     DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
@@ -425,30 +429,18 @@ TEST(CudaIndexer, TopkPrefillTiming) {
 // set.
 TEST(CudaIndexer, TopkSplitSweep) {
   DSV4_SKIP_WITHOUT_GPU();
-  KeyPool& kp = keys();
   constexpr int64_t kVis = 65536;
   std::mt19937_64 rng(11);
   std::vector<float> q(size_t(kHeads) * kDim), w(size_t(kHeads), 0.01f);
   for (int h = 0; h < kHeads; ++h) random_fp4_vector(rng, -2, 0, &q[size_t(h) * kDim]);
-  const std::vector<int32_t> token_seq(1, 0), token_pos(1, int32_t(4 * kVis - 1));
-  DeviceBuffer d_ts = upload_vector(token_seq), d_tp = upload_vector(token_pos), d_bt = upload_vector(kp.blocks[0]);
-  DeviceBuffer d_q = upload_vector(to_bf16(q)), d_w = upload_vector(w), d_sel = device_alloc(size_t(kTopk) * 4);
-  StepBatchView b;
-  b.n_tokens = 1;
-  b.n_seqs = 1;
-  b.token_seq = d_ts.as<int32_t>();
-  b.token_pos = d_tp.as<int32_t>();
-  b.block_table = d_bt.as<int32_t>();
-  b.max_blocks = kp.max_blocks;
-  LayerKvView kv;
-  kv.index_keys = kp.pool.as<uint8_t>();
-  kv.ratio = kRatio;
+  const Seq0Launch l = seq0_launch(std::vector<int32_t>(1, int32_t(4 * kVis - 1)), q, w);
+  DeviceBuffer d_sel = device_alloc(size_t(kTopk) * 4);
   std::vector<int32_t> first;
   auto ws = IndexerWorkspace::create(64, 4 * kVis, kRatio, kTopk);
   ASSERT_TRUE(ws.is_ok());
   for (int splits : {128, 64, 32, 16, 8, 1}) {
     auto launch = [&] {
-      return indexer_topk(b, d_q.as<__nv_bfloat16>(), d_w.as<float>(), kHeads, kv, kTopk, *ws, d_sel.as<int32_t>(),
+      return indexer_topk(l.b, l.q.as<__nv_bfloat16>(), l.w.as<float>(), kHeads, l.kv, kTopk, *ws, d_sel.as<int32_t>(),
                           nullptr, splits);
     };
     DSV4_ASSERT_OK(launch());
