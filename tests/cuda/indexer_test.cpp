@@ -187,12 +187,10 @@ void run_topk(const std::vector<Row>& rows, int ws_max_tokens, int64_t ws_max_po
   auto ws = IndexerWorkspace::create(ws_max_tokens, ws_max_positions, kRatio, kTopk);
   ASSERT_TRUE(ws.is_ok()) << ws.status().to_string();
   const int64_t ws_slots = int64_t(ws->max_tokens()) * ws->n_splits();
-  const bool rows_kernel = kernel == IndexerSplitKernel::kRows || (kernel == IndexerSplitKernel::kAuto && T > kWideRows);
-  const int splits = rows_kernel ? rows_launch_splits(T, ws_slots) : launch_splits(T, ws_slots);
+  const bool rows_kernel =
+      kernel == IndexerSplitKernel::kRows || (kernel == IndexerSplitKernel::kAuto && rows_kernel_for(T));
+  const int splits = topk_launch_splits(T, ws_slots, rows_kernel);
   EXPECT_EQ(splits, expect_splits) << "the case does not exercise the split count it was written for";
-  if (kernel == IndexerSplitKernel::kAuto) {
-    EXPECT_EQ(splits, topk_launch_splits(T, ws_slots));
-  }
   DSV4_ASSERT_OK(indexer_topk(b, d_q.as<__nv_bfloat16>(), d_w.as<float>(), kHeads, kv, kTopk, *ws, d_sel.as<int32_t>(), nullptr,
                               0, kernel));
   DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
@@ -623,8 +621,10 @@ TEST(CudaIndexerPlan, SplitsCoverEveryKey) {
   EXPECT_EQ(rows_launch_splits(122, 128 * 64), 34);
   EXPECT_EQ(rows_launch_splits(8192, 8192), 1);  // an 8192-token chunk: 2048 blocks already
   EXPECT_EQ(rows_launch_splits(2048, 2048 * 4), 2);
-  EXPECT_EQ(topk_launch_splits(kWideRows, 4096), launch_splits(kWideRows, 4096));
-  EXPECT_EQ(topk_launch_splits(kWideRows + 1, 65 * 64), rows_launch_splits(kWideRows + 1, 65 * 64));
+  EXPECT_FALSE(rows_kernel_for(kWideRows));
+  EXPECT_TRUE(rows_kernel_for(kWideRows + 1));
+  EXPECT_EQ(topk_launch_splits(kWideRows, 4096, false), launch_splits(kWideRows, 4096));
+  EXPECT_EQ(topk_launch_splits(kWideRows + 1, 65 * 64, true), rows_launch_splits(kWideRows + 1, 65 * 64));
   EXPECT_EQ(split_min_keys(1), kTileKeys);
   EXPECT_EQ(split_min_keys(kWideRows), kTileKeys);
   EXPECT_EQ(split_min_keys(kWideRows + 1), kMinSplitKeys);

@@ -229,4 +229,18 @@ __device__ __forceinline__ void cut_candidates(const CandidateBuffer& c, int kee
   __syncthreads();
 }
 
+// The end of a split (both split kernels): cut the buffer to its best topk keys, sort them
+// descending when the merge reads several lists per row (it bounds the row's k-th key from the
+// lists' heads; a lone list is taken whole, in any order), write the list and its count.
+// Block-wide, after a __syncthreads; kPerThread as for cut_candidates.
+template <int kPerThread>
+__device__ __forceinline__ void write_split_list(const CandidateBuffer& c, int topk, bool sorted, int* hist,
+                                                 SelectState* st, uint64_t* out, int32_t* count) {
+  cut_candidates<kPerThread>(c, topk, hist, st);  // no-op when <= topk held
+  if (sorted) sort_keys_desc(c.keys, *c.count);   // c.keys has room for the padding to a power of two
+  const int n_out = *c.count;
+  for (int i = threadIdx.x; i < n_out; i += blockDim.x) out[i] = c.keys[i];
+  if (threadIdx.x == 0) *count = n_out;
+}
+
 }  // namespace dsv4::cuda::indexer_detail

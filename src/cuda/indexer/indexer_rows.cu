@@ -250,13 +250,7 @@ __device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, 
 #pragma unroll
         for (int c = 0; c < kMaxHeads / 8; ++c) {
           if (8 * c >= g.n_heads) break;
-          const uint4 u = *reinterpret_cast<const uint4*>(row + ((c ^ (key & 7)) << 3));
-          const uint32_t pr[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            total = __fadd_rn(total, __uint_as_float(pr[j] << 16));
-            total = __fadd_rn(total, __uint_as_float(pr[j] & 0xffff0000u));
-          }
+          total = ref::add_bf16x8_in_order(total, *reinterpret_cast<const uint4*>(row + ((c ^ (key & 7)) << 3)));
         }
         k64 = topk_key(ref::round_bf16(total), e0 + key);
       }
@@ -279,13 +273,8 @@ __device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, 
       if (tid == 0) g.counts[slot] = 0;
       continue;
     }
-    const CandidateBuffer buf = s.buf(rr);
-    cut_candidates<kCap / kThreads>(buf, g.topk, s.hist, s.sel);  // no-op when <= topk held
-    if (g.n_splits > 1) sort_keys_desc(buf.keys, *buf.count);
-    const int n_out = *buf.count;
-    uint64_t* out = g.cand + slot * g.ws_topk;
-    for (int i = tid; i < n_out; i += kThreads) out[i] = buf.keys[i];
-    if (tid == 0) g.counts[slot] = n_out;
+    write_split_list<kCap / kThreads>(s.buf(rr), g.topk, g.n_splits > 1, s.hist, s.sel, g.cand + slot * g.ws_topk,
+                                      g.counts + slot);
   }
 }
 

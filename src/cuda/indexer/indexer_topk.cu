@@ -203,15 +203,7 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
       if (e0 + tid < end) {
         const uint4* row = reinterpret_cast<const uint4*>(s_v + tid * kVPad);
         float total = 0.0f;
-        for (int i = 0; i < g.n_heads / 8; ++i) {
-          const uint4 u = row[i];
-          const uint32_t pr[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            total = __fadd_rn(total, __uint_as_float(pr[j] << 16));
-            total = __fadd_rn(total, __uint_as_float(pr[j] & 0xffff0000u));
-          }
-        }
+        for (int i = 0; i < g.n_heads / 8; ++i) total = ref::add_bf16x8_in_order(total, row[i]);
         key = topk_key(ref::round_bf16(total), int32_t(e0 + tid));
       }
       offer(buf, key);
@@ -220,16 +212,8 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
     if (s_count > kSplitCap - kTileKeys) cut_candidates<kSplitCap / kSplitThreads>(buf, g.topk, s_hist, &s_sel);
   }
 
-  cut_candidates<kSplitCap / kSplitThreads>(buf, g.topk, s_hist, &s_sel);  // no-op when <= topk held
-  // Sorted descending, so the merge can bound the row's k-th key from each list's head and read
-  // only the heads of the lists (s_keys has room for the padding to a power of two: <= topk).
-  // A row of one split (prefill chunks) holds at most topk keys: the merge takes them all, in
-  // any order, so the sort is skipped there.
-  if (g.n_splits > 1) sort_keys_desc(s_keys, s_count);
-  const int n_out = s_count;
-  uint64_t* out = g.cand + slot * g.ws_topk;
-  for (int i = tid; i < n_out; i += kSplitThreads) out[i] = s_keys[i];
-  if (tid == 0) g.counts[slot] = n_out;
+  write_split_list<kSplitCap / kSplitThreads>(buf, g.topk, g.n_splits > 1, s_hist, &s_sel, g.cand + slot * g.ws_topk,
+                                              g.counts + slot);
 }
 
 // One block per row. The row's candidates are the valid entries of its splits' lists (list s
@@ -458,8 +442,8 @@ Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float
     return invalid_argument("indexer_topk: qi must be 16-byte and index_keys 4-byte aligned");
 
   const bool rows = kernel == IndexerSplitKernel::kRows ||
-                    (kernel == IndexerSplitKernel::kAuto && b.n_tokens > kWideRows);
-  int n_splits = rows ? rows_launch_splits(b.n_tokens, workspace_slots(ws)) : launch_splits(b.n_tokens, workspace_slots(ws));
+                    (kernel == IndexerSplitKernel::kAuto && rows_kernel_for(b.n_tokens));
+  int n_splits = topk_launch_splits(b.n_tokens, workspace_slots(ws), rows);
   if (max_splits > 0) n_splits = std::min(n_splits, max_splits);
   const size_t slots = size_t(ws.max_tokens()) * size_t(ws.n_splits());
   TopkArgs g;

@@ -43,6 +43,18 @@ __device__ __forceinline__ float e2m1_value(uint32_t code) {
 // Both are the same in every later sum and product.)
 __device__ __forceinline__ float fp4_dequant(float x, int e) { return ldexpf(e2m1_value(encode_e2m1(x, e)), e); }
 
+// total + the eight bf16 values of u (low half of each word first), one rounded fp32 add at a
+// time: the reference's head sum (cpu::indexer_scores), eight heads in head order.
+__device__ __forceinline__ float add_bf16x8_in_order(float total, uint4 u) {
+  const uint32_t pr[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    total = __fadd_rn(total, __uint_as_float(pr[j] << 16));
+    total = __fadd_rn(total, __uint_as_float(pr[j] & 0xffff0000u));
+  }
+  return total;
+}
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

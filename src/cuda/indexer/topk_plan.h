@@ -57,9 +57,13 @@ DSV4_TOPK_HD int rows_launch_splits(int n_tokens, int64_t slots) {
   return int(want < cap ? want : cap);
 }
 
-// The splits indexer_topk launches with (before a test's max_splits cap).
-DSV4_TOPK_HD int topk_launch_splits(int n_tokens, int64_t slots) {
-  return n_tokens > kWideRows ? rows_launch_splits(n_tokens, slots) : launch_splits(n_tokens, slots);
+// Whether indexer_topk's automatic choice runs the multi-row kernel for n_tokens rows.
+DSV4_TOPK_HD bool rows_kernel_for(int n_tokens) { return n_tokens > kWideRows; }
+
+// The splits indexer_topk launches with (before a test's max_splits cap), for the multi-row
+// kernel or the per-row one.
+DSV4_TOPK_HD int topk_launch_splits(int n_tokens, int64_t slots, bool rows_kernel) {
+  return rows_kernel ? rows_launch_splits(n_tokens, slots) : launch_splits(n_tokens, slots);
 }
 
 // Smallest split of a launch with n_tokens rows (a host value): decode-sized launches spread a
