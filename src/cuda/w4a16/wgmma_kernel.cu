@@ -5,19 +5,24 @@
 // M = 4096; these reach 0.53-0.63x (bench/results/NOTES.md, "Prefill on wgmma"). Chosen through
 // wgmma_supported() (common/arch.h) by choose_wgmma_config() (dense) and moe_forward().
 //
-// One block: 2 warpgroups x TPW packed 64-column tiles each x 128 rows of x (wg128: TPW 1,
-// wg256: TPW 2; the wider block spreads the per-group barrier and rescale over twice the MMA
-// work, the narrower one keeps two accumulator sets). The weights are wgmma's A operand (64 x
-// k16, from registers): a lane's 16-byte word of a packed k16 slice holds, in word w, the
-// mma.sync B fragments of columns 16 w .. 16 w + 15, which are exactly the A fragment of warp w
-// of the warpgroup (rows g and g + 8, k 2t.. and 2t + 8..), so the decode kernels' repacked
-// layout serves both. The rows of x are the B operand (k16 x 128, K-major) in shared memory with
-// the 128-byte swizzle, one 64-k half per region. Scales stay exact in fp32: an accumulator is
-// kept in units of the current group's scale (at a group change acc *= s_prev / s_new, at the
-// end acc *= s_last), as in the m128 kernel. wg128 alternates two accumulator sets by group
-// parity, so the rescale never waits for the tensor cores to drain; wg256 has registers for one
-// set only. cp.async feeds a ring of whole 128-k groups (WgTraits); no split-K, so the planner
-// leaves grids of fewer than a third of the SMs to the portable kernels.
+// One block: 2 consumer warpgroups x TPW packed 64-column tiles each x 128 rows of x (wg128: TPW
+// 1, wg256: TPW 2), and a producer warpgroup. The weights are wgmma's A operand (64 x k16, from
+// registers): a lane's 16-byte word of a packed k16 slice holds, in word w, the mma.sync B
+// fragments of columns 16 w .. 16 w + 15, which are exactly the A fragment of warp w of the
+// warpgroup (rows g and g + 8, k 2t.. and 2t + 8..), so the decode kernels' repacked layout
+// serves both. The rows of x are the B operand (k16 x 128, K-major) in shared memory with the
+// 128-byte swizzle, one 64-k half per region. Scales stay exact in fp32: an accumulator is kept
+// in units of the current group's scale (at a group change acc *= s_prev / s_new, at the end
+// acc *= s_last), as in the m128 kernel; that rescale needs the group's wgmmas finished. wg128
+// alternates two accumulator sets by group parity, so the rescale never waits for the tensor
+// cores to drain; wg256 has registers for one set only.
+// Warp specialization: the producer warpgroup streams whole 128-k groups (x rows, weights, scales)
+// into a ring of kStages slots with cp.async and publishes each through an mbarrier (full); the
+// consumer warps release a slot through another (empty) once their wgmmas read it. The two
+// warpgroups never wait for each other (the first version shared one __syncthreads per group and
+// so drained the tensor cores together, at 0.53-0.63x cuBLAS): while one rescales and
+// dequantizes, the other's wgmmas run. No split-K, so the planner leaves grids of fewer than a
+// third of the SMs to the portable kernels.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -32,7 +37,14 @@ namespace dsv4::cuda::w4a16_detail {
 namespace {
 
 constexpr int kRows = 128;                 // rows of x per block: the wgmma N
-constexpr int kThreads = 256;              // 2 warpgroups
+constexpr int kThreads = 256;              // the consumers: 2 warpgroups
+constexpr int kConsumerWarps = kThreads / 32;
+constexpr int kProducerThreads = 128;        // the producer warpgroup
+constexpr int kBlockThreads = kThreads + kProducerThreads;
+// Registers per thread after setmaxnreg: an SM sub-partition holds one warp of each warpgroup
+// (16K registers: 40 + 2 x 232 per lane). A plain 384-thread block gets 168 each, too few for
+// the consumers' accumulators with the wgmmas pipelined (ptxas serializes them).
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 constexpr int kHalfBytes = kRows * 128;    // one 64-k half of the x tile: [128 rows][128 B], swizzled
 constexpr int kActBytes = 2 * kHalfBytes;  // 32 KB
 constexpr int kTileWBytes = 8 * 512;       // one 64-column tile's k16 slices x 32 lanes x 16 B
@@ -44,7 +56,8 @@ struct WgTraits {
   // never drain at a group boundary. TPW 2 has one set and drains there.
   static constexpr int kSets = TPW == 1 ? 2 : 1;
   static constexpr int kStages = TPW == 1 ? 5 : 4;
-  static constexpr int kAhead = kStages - kSets;  // groups in flight ahead of the one in use
+  // Groups the producer keeps in flight: a slot is released kSets groups after its use began.
+  static constexpr int kInFlight = kStages - kSets;
   static constexpr int kTiles = 2 * TPW;
   static constexpr int kCols = 64 * kTiles;
   static constexpr int kWBytes = kTiles * kTileWBytes;
@@ -109,8 +122,29 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
+// Shared-memory mbarriers of the stage ring (SM90 PTX; CTA scope).
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Returns once the phase of parity `parity` of the barrier has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+// Barrier 1 over the two consumer warpgroups (the producer warpgroup does not take part).
+__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory"); }
+
 template <int TPW>
-__global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKernelArgs p) {
+__global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const GemmKernelArgs p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using T = WgTraits<TPW>;
   extern __shared__ unsigned char smem_raw[];
@@ -120,17 +154,22 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
   const uint32_t sbase = raw + pad;
 
   __shared__ int s_row[kRows];  // source row of x for each tile row; the MoE combine's tokens after
+  // full[s]: stage s holds its group (the 128 producer threads arrive once their copies landed);
+  // empty[s]: every consumer warp is done with it (lane 0 of each of the 8 arrives).
+  __shared__ __align__(8) uint64_t s_full[T::kStages], s_empty[T::kStages];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const bool producer = warp >= kConsumerWarps;
+  const int ptid = tid - kThreads;  // producer thread 0..127
   const int wg = warp >> 2, wi = warp & 3, g8 = lane >> 2;
   const int n_tiles64 = p.n >> 6, kg = p.k >> 7;
   const int tile0 = blockIdx.x * T::kTiles;  // first 64-column tile of the block
   // This warpgroup's tiles tile0 + wg TPW + i; the valid ones are a prefix (warpgroup-uniform).
   const int my_tiles = max(0, min(TPW, n_tiles64 - tile0 - wg * TPW));
 
-  // PDL: a dense GEMM's weights do not depend on the previous kernel, so its first groups are
-  // requested before waiting; the MoE GEMMs wait first (the experts come from the router).
-  if (p.mode != GemmMode::kDense) pdl_wait();
+  // PDL: a dense GEMM's weights do not depend on the previous kernel, so the producer requests
+  // its first groups before waiting; the MoE GEMMs wait first (the experts come from the router).
+  if (p.mode != GemmMode::kDense || !producer) pdl_wait();
   // Which rows this block owns (as in gemm_kernel.cuh): dense row blocks; MoE: the shared
   // expert's static tiles first, then the router's tiles of 128 sorted rows at most.
   int expert = 0, row_begin = 0, rows = 0;
@@ -155,203 +194,242 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
     wbase = expert == p.shared_expert ? p.w_shared : p.w + expert * p.w_expert_stride;
     sbase_s = expert == p.shared_expert ? p.s_shared : p.s + expert * p.s_expert_stride;
   }
+  auto full_bar = [&](int slot) { return smem_u32(&s_full[slot]); };
+  auto empty_bar = [&](int slot) { return smem_u32(&s_empty[slot]); };
 
-  // x: 128 rows x 16 chunks of 16 B (two 64-k halves x 8); a thread copies chunk tid % 16 of rows
-  // tid / 16 + 16 j. Rows 16 j apart share r & 7, so one swizzled offset serves all eight.
-  const int c16 = tid & 15, r0 = tid >> 4;
-  const uint32_t a_dst0 = (c16 >> 3) * kHalfBytes + r0 * 128 + (((c16 & 7) ^ (r0 & 7)) << 4);
-  const int a_valid = rows > r0 ? (rows - r0 + 15) / 16 : 0;  // copies j < a_valid have a row
-  // Weights: kTiles tiles x 256 entries of 16 B (8 slices x 32 lanes); thread tid copies entry tid.
+  if (tid == 0) {
+#pragma unroll
+    for (int st = 0; st < T::kStages; ++st) {
+      mbar_init(full_bar(st), kProducerThreads);
+      mbar_init(empty_bar(st), kConsumerWarps);
+    }
+  }
+
+  // Producer thread ptid: weight entries ptid and ptid + 128 of each tile (8 k16 slices x 32
+  // lanes x 16 B, one contiguous 4 KB run per tile and group), the scales' 16-byte chunk ptid
+  // (kTiles x 8), and x rows (ptid >> 4) + 8 i, chunk ptid & 15 (16 threads read one row's 256
+  // contiguous bytes).
   const uint4* w_src[T::kTiles];
   bool w_ok[T::kTiles];
 #pragma unroll
   for (int j = 0; j < T::kTiles; ++j) {
     w_ok[j] = tile0 + j < n_tiles64;
-    w_src[j] = wbase + (w_ok[j] ? int64_t(tile0 + j) * (p.k >> 4) * 32 + tid : 0);
+    w_src[j] = wbase + (w_ok[j] ? int64_t(tile0 + j) * (p.k >> 4) * 32 + ptid : 0);
   }
-  // Scales: kTiles tiles x 8 chunks of 16 B.
-  const bool s_thread = tid < T::kTiles * 8;
-  const bool s_ok = s_thread && tile0 + (tid >> 3) < n_tiles64;
-  const __half* s_src = sbase_s + (s_ok ? int64_t(tile0 + (tid >> 3)) * kg * 64 + (tid & 7) * 8 : 0);
-
-  // Rows past the block's valid rows are zeroed once in every slot and never copied.
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-    if (j >= a_valid)
-#pragma unroll
-      for (int st = 0; st < T::kStages; ++st)
-        *reinterpret_cast<uint4*>(smem + st * T::kStageBytes + a_dst0 + j * 2048) = make_uint4(0, 0, 0, 0);
-
+  const bool s_thread = ptid >= 0 && ptid < T::kTiles * 8;
+  const bool s_ok = s_thread && tile0 + (ptid >> 3) < n_tiles64;
+  const __half* s_src = sbase_s + (s_ok ? int64_t(tile0 + (ptid >> 3)) * kg * 64 + (ptid & 7) * 8 : 0);
   auto load_w = [&](int g) {
-    const uint32_t base = sbase + (g % T::kStages) * T::kStageBytes + kActBytes;
+    const uint32_t base = sbase + (g % T::kStages) * T::kStageBytes + kActBytes + ptid * 16;
 #pragma unroll
-    for (int j = 0; j < T::kTiles; ++j) cp_async16(base + j * kTileWBytes + tid * 16, w_src[j] + g * 256, w_ok[j]);
-    if (s_thread) cp_async16(base + T::kWBytes + tid * 16, s_src + (s_ok ? g * 64 : 0), s_ok);
+    for (int j = 0; j < T::kTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) cp_async16(base + j * kTileWBytes + i * 2048, w_src[j] + g * 256 + 128 * i, w_ok[j]);
+    if (s_thread) cp_async16(sbase + (g % T::kStages) * T::kStageBytes + kActBytes + T::kWBytes + ptid * 16,
+                             s_src + (s_ok ? g * 64 : 0), s_ok);
   };
+  const int c16 = ptid & 15, xr0 = ptid >> 4;
+  const uint32_t x_col = (c16 >> 3) * kHalfBytes;
   auto load_x = [&](int g) {
-    const uint32_t base = sbase + (g % T::kStages) * T::kStageBytes + a_dst0;
+    const uint32_t base = sbase + (g % T::kStages) * T::kStageBytes + x_col;
+    const __nv_bfloat16* src = p.a + c16 * 8 + g * 128;
+#pragma unroll 4
+    for (int r = xr0; r < rows; r += 8)
+      cp_async16(base + r * 128 + (((c16 & 7) ^ (r & 7)) << 4), src + int64_t(s_row[r]) * p.lda, true);
+  };
+  // Dense: the first groups' weights before the dependency on the previous kernel. They join
+  // group 0's commit group (its x follows), which only makes group 0 wait for them too.
+  if (producer && p.mode == GemmMode::kDense) {
+#pragma unroll
+    for (int g = 0; g < T::kInFlight; ++g)
+      if (g < kg) load_w(g);
+    pdl_wait();
+  }
+
+  if (!producer) {
+    if (tid < rows)
+      s_row[tid] = p.mode == GemmMode::kMoeUp ? __ldcg(p.sorted_token + row_begin + tid) : row_begin + tid;
+    // Rows past the block's valid rows are zeroed once in every slot and never copied: thread
+    // tid zeroes chunk tid % 16 of rows tid / 16 + 16 j. wgmma reads them through the async
+    // proxy, hence the proxy fence before the barrier.
+    const int zc = tid & 15, zr = tid >> 4;
+    const uint32_t z_off = (zc >> 3) * kHalfBytes + zr * 128 + (((zc & 7) ^ (zr & 7)) << 4);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
-      if (j < a_valid) cp_async16(base + j * 2048, p.a + int64_t(s_row[r0 + 16 * j]) * p.lda + c16 * 8 + g * 128, true);
-  };
-
-  // Prologue: the first groups' weights (dense: before the dependency on the previous kernel),
-  // the source rows (the MoE gate/up GEMM gathers its rows by token), then x.
+      if (zr + 16 * j >= rows)
 #pragma unroll
-  for (int g = 0; g < T::kAhead; ++g)
-    if (g < kg) load_w(g);
-  if (p.mode == GemmMode::kDense) pdl_wait();
-  if (tid < rows) s_row[tid] = p.mode == GemmMode::kMoeUp ? __ldcg(p.sorted_token + row_begin + tid) : row_begin + tid;
-  __syncthreads();
-#pragma unroll
-  for (int g = 0; g < T::kAhead; ++g) {
-    if (g < kg) load_x(g);
-    cp_async_commit();
+        for (int st = 0; st < T::kStages; ++st)
+          *reinterpret_cast<uint4*>(smem + st * T::kStageBytes + z_off + j * 2048) = make_uint4(0, 0, 0, 0);
+    fence_proxy_async();
   }
+  __syncthreads();  // barriers initialized, s_row written, padding rows zeroed
 
-  float acc[T::kSets][TPW][64];
-  float s_cur[T::kSets][TPW][2];  // scales of rows g and g + 8 of each tile that acc is expressed in
-#pragma unroll
-  for (int u = 0; u < T::kSets; ++u)
-#pragma unroll
-    for (int t = 0; t < TPW; ++t) {
-#pragma unroll
-      for (int i = 0; i < 64; ++i) acc[u][t][i] = 0.0f;
-      s_cur[u][t][0] = s_cur[u][t][1] = 1.0f;
-    }
-  const int pos[2] = {scale_pos(16 * wi + g8), scale_pos(16 * wi + 8 + g8)};
-
-  // One group into one accumulator set: move the set to the units of this group's scales (never
-  // zero: the repack stores a zero scale as 1 with codes 8, repack.cu), then 8 k16 slices.
-  auto run_group = [&](int g, float (&ac)[TPW][64], float (&sc_cur)[TPW][2]) {
-    const unsigned char* stage = smem + (g % T::kStages) * T::kStageBytes;
-    const uint32_t x_smem = sbase + (g % T::kStages) * T::kStageBytes;
-#pragma unroll
-    for (int t = 0; t < TPW; ++t) {
-      fence_operands(ac[t]);
-      const __half* sc = reinterpret_cast<const __half*>(stage + kActBytes + T::kWBytes + (wg * TPW + t) * 128);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float s_new = __half2float(sc[pos[h]]);
-        const float ratio = __fdiv_rn(sc_cur[t][h], s_new);
-        sc_cur[t][h] = s_new;
-#pragma unroll
-        for (int i = 0; i < 64; ++i)
-          if (((i >> 1) & 1) == h) ac[t][i] *= ratio;
+  if (producer) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    // The ring: group g goes to slot g % kStages once the consumers released the group before it
+    // in that slot; a group is published (full) when its copies landed, kInFlight groups at most
+    // in flight. Each thread fences its own cp.async writes for wgmma's async-proxy reads.
+    for (int g = 0; g < kg; ++g) {
+      const int slot = g % T::kStages;
+      if (g >= T::kStages) mbar_wait(empty_bar(slot), uint32_t((g / T::kStages - 1) & 1));
+      if (!(p.mode == GemmMode::kDense && g < T::kInFlight)) load_w(g);
+      load_x(g);
+      cp_async_commit();
+      if (g >= T::kInFlight - 1) {
+        cp_async_wait<T::kInFlight - 1>();
+        fence_proxy_async();
+        mbar_arrive(full_bar((g - (T::kInFlight - 1)) % T::kStages));
       }
     }
-    const uint32_t* w_smem = reinterpret_cast<const uint32_t*>(stage + kActBytes + wg * TPW * kTileWBytes);
-    auto dequant_slice = [&](int j, uint32_t (&a)[TPW][4]) {
+    cp_async_wait<0>();
+    fence_proxy_async();
+    for (int g = max(0, kg - (T::kInFlight - 1)); g < kg; ++g) mbar_arrive(full_bar(g % T::kStages));
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    float acc[T::kSets][TPW][64];
+    float s_cur[T::kSets][TPW][2];  // scales of rows g and g + 8 of each tile that acc is expressed in
+#pragma unroll
+    for (int u = 0; u < T::kSets; ++u)
 #pragma unroll
       for (int t = 0; t < TPW; ++t) {
-        uint32_t o[4];
-        dequant_word(w_smem[t * (kTileWBytes / 4) + (j * 32 + lane) * 4 + wi], o);
-        a[t][0] = o[0];  // row g, k 2t..2t+1
-        a[t][1] = o[2];  // row g + 8
-        a[t][2] = o[1];  // row g, k 2t+8..
-        a[t][3] = o[3];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[u][t][i] = 0.0f;
+        s_cur[u][t][0] = s_cur[u][t][1] = 1.0f;
       }
-    };
-    auto issue_slice = [&](int j, const uint32_t (&a)[TPW][4]) {
-      const uint64_t desc = desc_sw128(x_smem + (j >> 2) * kHalfBytes + (j & 3) * 32);
+    const int pos[2] = {scale_pos(16 * wi + g8), scale_pos(16 * wi + 8 + g8)};
+
+    // One group into one accumulator set: move the set to the units of this group's scales (never
+    // zero: the repack stores a zero scale as 1 with codes 8, repack.cu), then 8 k16 slices.
+    auto run_group = [&](int g, float (&ac)[TPW][64], float (&sc_cur)[TPW][2]) {
+      const unsigned char* stage = smem + (g % T::kStages) * T::kStageBytes;
+      const uint32_t x_smem = sbase + (g % T::kStages) * T::kStageBytes;
 #pragma unroll
-      for (int t = 0; t < TPW; ++t) wgmma_m64n128k16(ac[t], a[t], desc, 1);
-    };
-    if constexpr (T::kSets == 1) {
-      // One commit group per slice: the next slice's dequantization overlaps this one's wgmmas
-      // and reuses the registers of the one before.
+      for (int t = 0; t < TPW; ++t) {
+        fence_operands(ac[t]);
+        const __half* sc = reinterpret_cast<const __half*>(stage + kActBytes + T::kWBytes + (wg * TPW + t) * 128);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        uint32_t a[TPW][4];
-        dequant_slice(j, a);
+        for (int h = 0; h < 2; ++h) {
+          const float s_new = __half2float(sc[pos[h]]);
+          const float ratio = __fdiv_rn(sc_cur[t][h], s_new);
+          sc_cur[t][h] = s_new;
+#pragma unroll
+          for (int i = 0; i < 64; ++i)
+            if (((i >> 1) & 1) == h) ac[t][i] *= ratio;
+        }
+      }
+      const uint32_t* w_smem = reinterpret_cast<const uint32_t*>(stage + kActBytes + wg * TPW * kTileWBytes);
+      auto dequant_slice = [&](int j, uint32_t (&a)[TPW][4]) {
+#pragma unroll
+        for (int t = 0; t < TPW; ++t) {
+          uint32_t o[4];
+          dequant_word(w_smem[t * (kTileWBytes / 4) + (j * 32 + lane) * 4 + wi], o);
+          a[t][0] = o[0];  // row g, k 2t..2t+1
+          a[t][1] = o[2];  // row g + 8
+          a[t][2] = o[1];  // row g, k 2t+8..
+          a[t][3] = o[3];
+        }
+      };
+      auto issue_slice = [&](int j, const uint32_t (&a)[TPW][4]) {
+        const uint64_t desc = desc_sw128(x_smem + (j >> 2) * kHalfBytes + (j & 3) * 32);
+#pragma unroll
+        for (int t = 0; t < TPW; ++t) wgmma_m64n128k16(ac[t], a[t], desc, 1);
+      };
+      if constexpr (T::kSets == 1) {
+        // One commit group per slice: the next slice's dequantization overlaps this one's wgmmas
+        // and reuses the registers of the one before.
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          uint32_t a[TPW][4];
+          dequant_slice(j, a);
+          wgmma_fence();
+          issue_slice(j, a);
+          wgmma_commit();
+          wgmma_wait<1>();
+        }
+      } else {
+        // One commit group per group, its A fragments defined before the first wgmma (ptxas
+        // serializes wgmmas whose inputs are defined inside an open group); the previous group's
+        // wgmmas run meanwhile.
+        uint32_t a[8][TPW][4];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dequant_slice(j, a[j]);
         wgmma_fence();
-        issue_slice(j, a);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) issue_slice(j, a[j]);
         wgmma_commit();
-        wgmma_wait<1>();
       }
+    };
+
+    // One step per group: wait until it landed; once the wgmmas of group g - kSets are done
+    // (kSets 1: every earlier one; kSets 2: g - 1's may run on) release its slot. The two
+    // warpgroups never wait for each other, so one's rescale and dequantization overlap the
+    // other's wgmmas. Every warpgroup issues its wgmmas even for tiles past N (zero-filled, never
+    // stored): a branch around them makes ptxas serialize every wgmma of the kernel.
+    auto step = [&](int g, float (&ac)[TPW][64], float (&sc_cur)[TPW][2]) {
+      mbar_wait(full_bar(g % T::kStages), uint32_t((g / T::kStages) & 1));
+      wgmma_wait<T::kSets - 1>();
+      if (g >= T::kSets) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty_bar((g - T::kSets) % T::kStages));
+      }
+      run_group(g, ac, sc_cur);
+    };
+    if constexpr (T::kSets == 2) {
+      // Straight-line runs of 4 (then 2, then 1) groups alternating the sets, each run ending with
+      // the tensor cores drained: ptxas serializes every wgmma when one is still pending at a loop
+      // back edge while an accumulator is read (C7514), so a drain every 4 groups is the price.
+      int g = 0;
+      for (; g + 3 < kg; g += 4) {
+        step(g, acc[0], s_cur[0]);
+        step(g + 1, acc[1], s_cur[1]);
+        step(g + 2, acc[0], s_cur[0]);
+        step(g + 3, acc[1], s_cur[1]);
+        wgmma_wait<0>();
+      }
+      if (g + 1 < kg) {
+        step(g, acc[0], s_cur[0]);
+        step(g + 1, acc[1], s_cur[1]);
+        wgmma_wait<0>();
+        g += 2;
+      }
+      if (g < kg) step(g, acc[0], s_cur[0]);
     } else {
-      // One commit group per group, its A fragments defined before the first wgmma (ptxas
-      // serializes wgmmas whose inputs are defined inside an open group); the previous group's
-      // wgmmas run meanwhile.
-      uint32_t a[8][TPW][4];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) dequant_slice(j, a[j]);
-      wgmma_fence();
-#pragma unroll
-      for (int j = 0; j < 8; ++j) issue_slice(j, a[j]);
-      wgmma_commit();
+      for (int g = 0; g < kg; ++g) step(g, acc[0], s_cur[0]);
     }
-  };
-
-  // One step per group. kSets 1: group g - 1's wgmmas are done at the wait; kSets 2: group
-  // g - 2's (g - 1's may run on). With the barrier, no warpgroup reads the slot refilled next.
-  // Every warpgroup issues its wgmmas even for tiles past N (zero-filled, never stored): a
-  // branch around them makes ptxas serialize every wgmma of the kernel.
-  auto step = [&](int g, float (&ac)[TPW][64], float (&sc_cur)[TPW][2]) {
-    wgmma_wait<T::kSets - 1>();
-    cp_async_wait<T::kAhead - 1>();
-    fence_proxy_async();
-    __syncthreads();  // group g landed for every thread
-    if (g + T::kAhead < kg) {
-      load_w(g + T::kAhead);
-      load_x(g + T::kAhead);
-    }
-    cp_async_commit();
-    run_group(g, ac, sc_cur);
-  };
-  if constexpr (T::kSets == 2) {
-    // Straight-line runs of 4 (then 2, then 1) groups alternating the sets, each run ending with
-    // the tensor cores drained: ptxas serializes every wgmma when one is still pending at a loop
-    // back edge while an accumulator is read (C7514), so a drain every 4 groups is the price.
-    int g = 0;
-    for (; g + 3 < kg; g += 4) {
-      step(g, acc[0], s_cur[0]);
-      step(g + 1, acc[1], s_cur[1]);
-      step(g + 2, acc[0], s_cur[0]);
-      step(g + 3, acc[1], s_cur[1]);
-      wgmma_wait<0>();
-    }
-    if (g + 1 < kg) {
-      step(g, acc[0], s_cur[0]);
-      step(g + 1, acc[1], s_cur[1]);
-      wgmma_wait<0>();
-      g += 2;
-    }
-    if (g < kg) step(g, acc[0], s_cur[0]);
-  } else {
-    for (int g = 0; g < kg; ++g) step(g, acc[0], s_cur[0]);
-  }
-  wgmma_wait<0>();
+    wgmma_wait<0>();
 #pragma unroll
-  for (int u = 0; u < T::kSets; ++u)
+    for (int u = 0; u < T::kSets; ++u)
 #pragma unroll
-    for (int t = 0; t < TPW; ++t) fence_operands(acc[u][t]);
-  cp_async_wait<0>();
-  __syncthreads();  // the ring is free: stage the bf16 tile as [row][column] for wide stores
-
-  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(smem);
-  const int t4 = lane & 3;
+      for (int t = 0; t < TPW; ++t) fence_operands(acc[u][t]);
+    // Every consumer is done reading the ring (and every copy landed: all groups were published)
+    // before it turns into the output tile, staged as [row][column] for wide stores.
+    consumer_sync();
+    __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(smem);
+    const int t4 = lane & 3;
 #pragma unroll
-  for (int t = 0; t < TPW; ++t) {
-    if (t >= my_tiles) continue;
+    for (int t = 0; t < TPW; ++t) {
+      if (t >= my_tiles) continue;
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
-      const int h = (i >> 1) & 1;
-      const int row = 8 * (i >> 2) + 2 * t4 + (i & 1);
-      const int col = (wg * TPW + t) * 64 + 16 * wi + g8 + 8 * h;
-      float v = 0.0f;
+      for (int i = 0; i < 64; ++i) {
+        const int h = (i >> 1) & 1;
+        const int row = 8 * (i >> 2) + 2 * t4 + (i & 1);
+        const int col = (wg * TPW + t) * 64 + 16 * wi + g8 + 8 * h;
+        float v = 0.0f;
 #pragma unroll
-      for (int u = 0; u < T::kSets; ++u) v += acc[u][t][i] * s_cur[u][t][h];
-      out[row * T::kOutStride + col] = __float2bfloat16_rn(v);
+        for (int u = 0; u < T::kSets; ++u) v += acc[u][t][i] * s_cur[u][t][h];
+        out[row * T::kOutStride + col] = __float2bfloat16_rn(v);
+      }
     }
   }
-  __syncthreads();
+  __syncthreads();  // the output tile is staged (the producers join here: the stores use all threads)
+
+  const __nv_bfloat16* out = reinterpret_cast<const __nv_bfloat16*>(smem);
   const int col0 = blockIdx.x * T::kCols;
   if (p.mode == GemmMode::kMoeUp) {
     // act [pairs, N / 2]: packed 64-column tile nt holds [gate 0..15 | up 0..15 | gate 16..31 |
     // up 16..31] of intermediate columns 32 nt .. 32 nt + 31; chunks of 8 act columns.
     constexpr int kActChunks = T::kCols / 16;
-    for (int idx = tid; idx < rows * kActChunks; idx += kThreads) {
+    for (int idx = tid; idx < rows * kActChunks; idx += kBlockThreads) {
       const int r = idx / kActChunks, ch = idx % kActChunks;
       const int gcol = (ch >> 1) * 32 + (ch & 1) * 8;  // gate column in the tile; up is 16 further
       if (col0 + gcol >= p.n) continue;
@@ -374,7 +452,7 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
   }
   const bool wide = (p.ldc % 8 == 0) && (reinterpret_cast<uintptr_t>(p.c) & 15) == 0;
   constexpr int kChunks = T::kCols / 8;
-  for (int idx = tid; idx < rows * kChunks; idx += kThreads) {
+  for (int idx = tid; idx < rows * kChunks; idx += kBlockThreads) {
     const int r = idx / kChunks, ch = idx % kChunks, col = col0 + ch * 8;
     if (col >= p.n) continue;
     const uint4 v = *reinterpret_cast<const uint4*>(out + r * T::kOutStride + ch * 8);
@@ -389,7 +467,7 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(const GemmKern
       d32[3] = v.w;
     }
   }
-  if (p.mode == GemmMode::kMoeDown) moe_combine<T::kCols, kThreads>(p, row_begin, rows, s_row);
+  if (p.mode == GemmMode::kMoeDown) moe_combine<T::kCols, kBlockThreads>(p, row_begin, rows, s_row);
 #endif
 }
 
@@ -401,11 +479,11 @@ Status query_wg(GemmConfigInfo* info, const char* name) {
       cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes), name));
   int blocks = 0;
   DSV4_RETURN_IF_ERROR(
-      cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, T::kSmemBytes), name));
+      cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlockThreads, T::kSmemBytes), name));
   GemmConfigInfo ci;
   ci.block_m = kRows;
   ci.block_n = T::kCols;
-  ci.threads = kThreads;
+  ci.threads = kBlockThreads;
   ci.smem_bytes = T::kSmemBytes;
   ci.blocks_per_sm = blocks;
   ci.split_k = false;
@@ -416,7 +494,7 @@ Status query_wg(GemmConfigInfo* info, const char* name) {
 template <int TPW>
 Status launch_wg(const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl, const char* name) {
   if (args.splits != 1) return internal_error("{}: no split-K (splits {})", name, args.splits);
-  return launch_kernel(&w4a16_wgmma_kernel<TPW>, grid, dim3(kThreads), size_t(WgTraits<TPW>::kSmemBytes), stream,
+  return launch_kernel(&w4a16_wgmma_kernel<TPW>, grid, dim3(kBlockThreads), size_t(WgTraits<TPW>::kSmemBytes), stream,
                        pdl, args, name);
 }
 
