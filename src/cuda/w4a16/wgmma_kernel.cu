@@ -45,6 +45,10 @@ constexpr int kBlockThreads = kThreads + kProducerThreads;
 // (16K registers: 40 + 2 x 232 per lane). A plain 384-thread block gets 168 each, too few for
 // the consumers' accumulators with the wgmmas pipelined (ptxas serializes them).
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+// setmaxnreg.inc waits until the registers exist: the split must fit exactly what the launch
+// bounds give every thread at entry (65536 / 384 = 168), or the consumers spin forever.
+static_assert(kProducerThreads * kProducerRegs + kThreads * kConsumerRegs <= kBlockThreads * (65536 / kBlockThreads / 8 * 8),
+              "register split exceeds the block's registers");
 constexpr int kHalfBytes = kRows * 128;    // one 64-k half of the x tile: [128 rows][128 B], swizzled
 constexpr int kActBytes = 2 * kHalfBytes;  // 32 KB
 constexpr int kTileWBytes = 8 * 512;       // one 64-column tile's k16 slices x 32 lanes x 16 B
@@ -214,7 +218,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const Gem
 #pragma unroll
   for (int j = 0; j < T::kTiles; ++j) {
     w_ok[j] = tile0 + j < n_tiles64;
-    w_src[j] = wbase + (w_ok[j] ? int64_t(tile0 + j) * (p.k >> 4) * 32 + ptid : 0);
+    w_src[j] = wbase + (w_ok[j] ? int64_t(tile0 + j) * (p.k >> 4) * 32 + max(ptid, 0) : 0);
   }
   const bool s_thread = ptid >= 0 && ptid < T::kTiles * 8;
   const bool s_ok = s_thread && tile0 + (ptid >> 3) < n_tiles64;
@@ -299,7 +303,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const Gem
     const int pos[2] = {scale_pos(16 * wi + g8), scale_pos(16 * wi + 8 + g8)};
 
     // One group into one accumulator set: move the set to the units of this group's scales (never
-    // zero: the repack stores a zero scale as 1 with codes 8, repack.cu), then 8 k16 slices.
+    // zero: the repack stores a zero scale as 1 with codes 8, repack.cu; tiles past N read zero
+    // scales and turn NaN, but are never stored), then 8 k16 slices.
     auto run_group = [&](int g, float (&ac)[TPW][64], float (&sc_cur)[TPW][2]) {
       const unsigned char* stage = smem + (g % T::kStages) * T::kStageBytes;
       const uint32_t x_smem = sbase + (g % T::kStages) * T::kStageBytes;
@@ -360,18 +365,19 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const Gem
       }
     };
 
-    // One step per group: wait until it landed; once the wgmmas of group g - kSets are done
-    // (kSets 1: every earlier one; kSets 2: g - 1's may run on) release its slot. The two
+    // One step per group: once the wgmmas of group g - kSets are done (kSets 1: every earlier one;
+    // kSets 2: g - 1's may run on) release its slot, then wait until group g landed. The two
     // warpgroups never wait for each other, so one's rescale and dequantization overlap the
     // other's wgmmas. Every warpgroup issues its wgmmas even for tiles past N (zero-filled, never
     // stored): a branch around them makes ptxas serialize every wgmma of the kernel.
     auto step = [&](int g, float (&ac)[TPW][64], float (&sc_cur)[TPW][2]) {
-      mbar_wait(full_bar(g % T::kStages), uint32_t((g / T::kStages) & 1));
       wgmma_wait<T::kSets - 1>();
       if (g >= T::kSets) {
         __syncwarp();
         if (lane == 0) mbar_arrive(empty_bar((g - T::kSets) % T::kStages));
       }
+      mbar_wait(full_bar(g % T::kStages), uint32_t((g / T::kStages) & 1));
+      __syncwarp();  // reconverged before the .aligned wgmma instructions
       run_group(g, ac, sc_cur);
     };
     if constexpr (T::kSets == 2) {
