@@ -77,8 +77,8 @@ enum class GemmConfig : int {
   kD32N256 = 4,  // decode: BM 32, BN 256, 8 warps (4 x 2)
   kM64 = 5,      // BM 64, BN 256, 8 warps (2 x 4), BK 64, 4 stages
   kM128 = 6,     // prefill: BM 128, BN 256, 8 warps (2 x 4), warp tile 64 x 64, BK 64, 4 stages
-  kWg128 = 7,    // SM90a prefill (wgmma_kernel.cu): 128 rows x 128 columns, 2 warpgroups, no
-                 // split-K; exists where wgmma_supported() (common/arch.h)
+  kWg128 = 7,    // SM90a prefill (wgmma_kernel.cu): 128 rows x 128 columns, 2 consumer warpgroups
+                 // and a producer warpgroup, no split-K; exists where wgmma_supported() (common/arch.h)
   kWg256 = 8,    // SM90a prefill: 128 rows x 256 columns (2 tiles per warpgroup), as kWg128
 };
 inline constexpr int kNumGemmConfigs = 9;
