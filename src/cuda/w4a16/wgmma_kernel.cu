@@ -60,8 +60,6 @@ struct WgTraits {
   // never drain at a group boundary. TPW 2 has one set and drains there.
   static constexpr int kSets = TPW == 1 ? 2 : 1;
   static constexpr int kStages = TPW == 1 ? 5 : 4;
-  // Groups the producer keeps in flight: a slot is released kSets groups after its use began.
-  static constexpr int kInFlight = kStages - kSets;
   static constexpr int kTiles = 2 * TPW;
   static constexpr int kCols = 64 * kTiles;
   static constexpr int kWBytes = kTiles * kTileWBytes;
@@ -133,6 +131,11 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// One arrival on the barrier when every cp.async this thread issued so far has landed (the
+// barrier's count includes it: noinc).
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 // Returns once the phase of parity `parity` of the barrier has completed.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
@@ -158,7 +161,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const Gem
   const uint32_t sbase = raw + pad;
 
   __shared__ int s_row[kRows];  // source row of x for each tile row; the MoE combine's tokens after
-  // full[s]: stage s holds its group (the 128 producer threads arrive once their copies landed);
+  // full[s]: stage s holds its group (each of the 128 producer threads' copies arrive once landed);
   // empty[s]: every consumer warp is done with it (lane 0 of each of the 8 arrives).
   __shared__ __align__(8) uint64_t s_full[T::kStages], s_empty[T::kStages];
 
@@ -241,11 +244,11 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const Gem
     for (int r = xr0; r < rows; r += 8)
       cp_async16(base + r * 128 + (((c16 & 7) ^ (r & 7)) << 4), src + int64_t(s_row[r]) * p.lda, true);
   };
-  // Dense: the first groups' weights before the dependency on the previous kernel. They join
-  // group 0's commit group (its x follows), which only makes group 0 wait for them too.
+  // Dense: the first kStages groups' weights (every slot is free) before the dependency on the
+  // previous kernel. Group 0's arrival below tracks them too, which only makes it a little later.
   if (producer && p.mode == GemmMode::kDense) {
 #pragma unroll
-    for (int g = 0; g < T::kInFlight; ++g)
+    for (int g = 0; g < T::kStages; ++g)
       if (g < kg) load_w(g);
     pdl_wait();
   }
@@ -271,23 +274,18 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const Gem
   if (producer) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     // The ring: group g goes to slot g % kStages once the consumers released the group before it
-    // in that slot; a group is published (full) when its copies landed, kInFlight groups at most
-    // in flight. Each thread fences its own cp.async writes for wgmma's async-proxy reads.
+    // in that slot. Each thread's copies arrive on the slot's full barrier by themselves when they
+    // land (cp.async.mbarrier.arrive.noinc: the thread never waits for them), so a group is
+    // published the moment it is complete. (The first version waited for each group with
+    // cp.async.wait_group before arriving, which tied a group's publication to the issue of the
+    // groups after it, and wg128 lost 25% to that.)
     for (int g = 0; g < kg; ++g) {
       const int slot = g % T::kStages;
       if (g >= T::kStages) mbar_wait(empty_bar(slot), uint32_t((g / T::kStages - 1) & 1));
-      if (!(p.mode == GemmMode::kDense && g < T::kInFlight)) load_w(g);
+      if (!(p.mode == GemmMode::kDense && g < T::kStages)) load_w(g);
       load_x(g);
-      cp_async_commit();
-      if (g >= T::kInFlight - 1) {
-        cp_async_wait<T::kInFlight - 1>();
-        fence_proxy_async();
-        mbar_arrive(full_bar((g - (T::kInFlight - 1)) % T::kStages));
-      }
+      cp_async_arrive_noinc(full_bar(slot));
     }
-    cp_async_wait<0>();
-    fence_proxy_async();
-    for (int g = max(0, kg - (T::kInFlight - 1)); g < kg; ++g) mbar_arrive(full_bar(g % T::kStages));
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     float acc[T::kSets][TPW][64];
@@ -377,6 +375,9 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const Gem
         if (lane == 0) mbar_arrive(empty_bar((g - T::kSets) % T::kStages));
       }
       mbar_wait(full_bar(g % T::kStages), uint32_t((g / T::kStages) & 1));
+      // The producer's cp.async writes (generic proxy), now visible to this thread, are ordered
+      // before its wgmmas' shared-memory reads (async proxy).
+      fence_proxy_async();
       __syncwarp();  // reconverged before the .aligned wgmma instructions
       run_group(g, ac, sc_cur);
     };
