@@ -275,21 +275,13 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
       }
   } else {
     // Prefill: one chunk of EPW rows at a time (L2-resident after the first token tile), each x
-    // chunk converted once for all EPW rows. The next chunk's loads are in flight during this
-    // one's FMAs (otherwise every chunk waits a whole L2 round trip).
+    // chunk converted once for all EPW rows.
     const uint4* wrow = reinterpret_cast<const uint4*>(p.gate_w + int64_t(e0) * kRouterHidden) + lane;
-    uint4 wnext[EPW];
-#pragma unroll
-    for (int j = 0; j < EPW; ++j) wnext[j] = ld_nc_v4(wrow + j * cpr);
 #pragma unroll 1
     for (int i = 0; i < kPerLane; ++i) {
       uint4 wv[EPW];
 #pragma unroll
-      for (int j = 0; j < EPW; ++j) wv[j] = wnext[j];
-      if (i + 1 < kPerLane) {
-#pragma unroll
-        for (int j = 0; j < EPW; ++j) wnext[j] = ld_nc_v4(wrow + j * cpr + 32 * (i + 1));
-      }
+      for (int j = 0; j < EPW; ++j) wv[j] = ld_nc_v4(wrow + j * cpr + 32 * i);
 #pragma unroll
       for (int t = 0; t < TM; ++t) {
         float xv[8];
