@@ -42,49 +42,37 @@ __global__ void chain_kernel(const ChainArgs a) {
   if (threadIdx.x == 0) a.sink[blockIdx.x] = int(acc);
 }
 
-#define CHECK(x)                                                                    \
-  do {                                                                              \
-    const cudaError_t e_ = (x);                                                     \
-    if (e_ != cudaSuccess) {                                                        \
-      std::fprintf(stderr, "%s: %s (%s:%d)\n", #x, cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                 \
-    }                                                                               \
-  } while (0)
-
 // Median microseconds per launch of a graph of n launches (grid blocks x 256 threads).
 double time_chain(int n, int blocks, int words, bool pdl, int reps, const uint4* src, int* sink, cudaStream_t s) {
   ChainArgs a{src, words, sink};
   cudaGraph_t g;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  DSV4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   for (int i = 0; i < n; ++i) {
     const Status st = dsv4::cuda::launch_kernel(&chain_kernel, dim3(blocks), dim3(256), 0, s, pdl, a, "chain_kernel");
-    if (!st.is_ok()) {
-      std::fprintf(stderr, "%s\n", st.to_string().c_str());
-      std::exit(1);
-    }
+    DSV4_CHECK(st.is_ok(), "{}", st.to_string());
   }
-  CHECK(cudaStreamEndCapture(s, &g));
+  DSV4_CUDA_CHECK(cudaStreamEndCapture(s, &g));
   cudaGraphExec_t ge;
-  CHECK(cudaGraphInstantiate(&ge, g, 0));
+  DSV4_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
   cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(ge, s));  // warm-up
+  DSV4_CUDA_CHECK(cudaEventCreate(&e0));
+  DSV4_CUDA_CHECK(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(ge, s));  // warm-up
   std::vector<float> ms;
   for (int r = 0; r < reps; ++r) {
-    CHECK(cudaEventRecord(e0, s));
-    CHECK(cudaGraphLaunch(ge, s));
-    CHECK(cudaEventRecord(e1, s));
-    CHECK(cudaEventSynchronize(e1));
+    DSV4_CUDA_CHECK(cudaEventRecord(e0, s));
+    DSV4_CUDA_CHECK(cudaGraphLaunch(ge, s));
+    DSV4_CUDA_CHECK(cudaEventRecord(e1, s));
+    DSV4_CUDA_CHECK(cudaEventSynchronize(e1));
     float t = 0;
-    CHECK(cudaEventElapsedTime(&t, e0, e1));
+    DSV4_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
     ms.push_back(t);
   }
   std::sort(ms.begin(), ms.end());
-  CHECK(cudaEventDestroy(e0));
-  CHECK(cudaEventDestroy(e1));
-  CHECK(cudaGraphExecDestroy(ge));
-  CHECK(cudaGraphDestroy(g));
+  DSV4_CUDA_CHECK(cudaEventDestroy(e0));
+  DSV4_CUDA_CHECK(cudaEventDestroy(e1));
+  DSV4_CUDA_CHECK(cudaGraphExecDestroy(ge));
+  DSV4_CUDA_CHECK(cudaGraphDestroy(g));
   return double(ms[ms.size() / 2]) * 1000.0 / n;
 }
 
@@ -121,11 +109,11 @@ int main(int argc, char** argv) {
   const int max_words = 64 * 1024 / 16;
   uint4* src = nullptr;
   int* sink = nullptr;
-  CHECK(cudaMalloc(&src, size_t(2 * sms) * max_words * 16));
-  CHECK(cudaMemset(src, 0, size_t(2 * sms) * max_words * 16));
-  CHECK(cudaMalloc(&sink, size_t(2 * sms) * 4));
+  DSV4_CUDA_CHECK(cudaMalloc(&src, size_t(2 * sms) * max_words * 16));
+  DSV4_CUDA_CHECK(cudaMemset(src, 0, size_t(2 * sms) * max_words * 16));
+  DSV4_CUDA_CHECK(cudaMalloc(&sink, size_t(2 * sms) * 4));
   cudaStream_t s;
-  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  DSV4_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   json rows = json::array();
   std::printf("GPU %s (%d SMs): graph of %d launches, median of %d replays, us per launch\n", (*dev)->name, sms,
               n, reps);
@@ -136,9 +124,9 @@ int main(int argc, char** argv) {
         std::printf("chain blocks=%-4d load=%2d KB/block pdl=%d  %.2f us\n", blocks, kb, p, us);
         rows.push_back({{"blocks", blocks}, {"load_kb_per_block", kb}, {"pdl", p == 1}, {"us_per_launch", us}});
       }
-  CHECK(cudaFree(src));
-  CHECK(cudaFree(sink));
-  CHECK(cudaStreamDestroy(s));
+  DSV4_CUDA_CHECK(cudaFree(src));
+  DSV4_CUDA_CHECK(cudaFree(sink));
+  DSV4_CUDA_CHECK(cudaStreamDestroy(s));
   if (!out.empty()) {
     const json j = {{"benchmark", "launch_chain_bench"}, {"gpu", (*dev)->name}, {"sms", sms},  {"commit", commit},
                     {"command", command},                {"launches", n},        {"reps", reps}, {"rows", rows}};

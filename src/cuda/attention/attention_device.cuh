@@ -16,14 +16,10 @@ namespace dsv4::cuda::attention_detail {
 using mma::ldmatrix_x4;
 using mma::ldmatrix_x4_trans;
 using mma::mma_bf16;
+using mma::named_barrier;
 using mma::pack_bf16x2;
 using mma::round_bf16;
 using mma::smem_u32;
-
-// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (whole warps).
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 // Inverse RoPE of the pair (x0, x1) = dims (2k, 2k+1) of the rope part at position `pos`, in
 // place, rounded to bf16 (MODEL_SPEC.md §6.8). The inputs are already bf16 values.

@@ -1,6 +1,6 @@
 // mma.cuh: the SM80-level tensor-core and shared-memory instructions the kernel families share
-// (shared-space addresses, cp.async, ldmatrix, mma.sync m16n8k16 bf16 -> fp32) and the two bf16
-// packing helpers around them. Available on sm_86 and sm_90 alike.
+// (shared-space addresses, cp.async, ldmatrix, mma.sync m16n8k16 bf16 -> fp32, named barriers) and
+// the two bf16 packing helpers around them. Available on sm_86 and sm_90 alike.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -29,6 +29,11 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (whole warps).
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {

@@ -147,8 +147,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "memory");
   } while (done == 0);
 }
-// Barrier 1 over the two consumer warpgroups (the producer warpgroup does not take part).
-__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory"); }
 
 template <int TPW>
 __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const GemmKernelArgs p) {
@@ -410,7 +408,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const Gem
       for (int t = 0; t < TPW; ++t) fence_operands(acc[u][t]);
     // Every consumer is done reading the ring (and every copy landed: all groups were published)
     // before it turns into the output tile, staged as [row][column] for wide stores.
-    consumer_sync();
+    mma::named_barrier(1, kThreads);  // the two consumer warpgroups; the producers do not take part
     __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(smem);
     const int t4 = lane & 3;
 #pragma unroll
