@@ -71,14 +71,14 @@ std::optional<GemmConfig> choose_wgmma_config(int m, int n, int n_sms) {
   // below ~n_sms / 3 blocks the portable kernels' split-K wins (wq_a M = 256: 29 vs 38 us; wkv
   // M = 1024: 36 vs 38), above it wgmma does (wo_b M = 256: 74 vs 97; w13 M = 1024: 75 vs 118).
   // Between the two widths, the one with fewer full-GPU waves, a wave of wg256 blocks costing
-  // ~1.35 waves of wg128 blocks since the kernel is warp-specialized
-  // (w4a16_h200_prefill_lab_f3e5f94.log, M = 4096: wo_b 533 vs 767 us, wq_a+wkv 129 vs 148 in 2
-  // vs 3 waves, wkv 65 vs 50 in one wave each).
+  // ~1.9 waves of wg128 blocks since the producer copies by TMA (w4a16_h200_prefill_lab_tma.log,
+  // M = 4096: wq_b 572 vs 637 us in 32 vs 63 waves, wo_b 483 vs 493 in 4 vs 8, wq_a+wkv 115 vs 88
+  // in 2 vs 3, wkv 56 vs 34 in one wave each).
   const int64_t row_blocks = (int64_t(m) + 127) / 128;
   const int64_t blocks128 = row_blocks * ((n + 127) / 128), blocks256 = row_blocks * ((n + 255) / 256);
   if (m <= 64 || 3 * blocks128 < n_sms) return std::nullopt;
   auto waves = [&](int64_t blocks) { return double((blocks + n_sms - 1) / n_sms); };
-  return 1.35 * waves(blocks256) < waves(blocks128) ? GemmConfig::kWg256 : GemmConfig::kWg128;
+  return 1.9 * waves(blocks256) < waves(blocks128) ? GemmConfig::kWg256 : GemmConfig::kWg128;
 }
 
 size_t decode_smem_bytes(const GemmConfigInfo& ci, int stages, int a_rows, int a_groups) {

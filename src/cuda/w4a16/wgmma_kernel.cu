@@ -23,9 +23,13 @@
 // so drained the tensor cores together, at 0.53-0.63x cuBLAS): while one rescales and
 // dequantizes, the other's wgmmas run. No split-K, so the planner leaves grids of fewer than a
 // third of the SMs to the portable kernels.
+#include <cuda.h>  // CUtensorMap and its enums (the encoder comes through the runtime: no libcuda link)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <mutex>
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
@@ -136,6 +140,28 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+// One arrival that also raises the phase's expected transaction bytes by `bytes` (the bulk copies
+// below count their bytes down as they land); expect_tx alone raises them without arriving.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Bulk copies by the TMA unit, completing on `bar` (complete_tx): `bytes` contiguous bytes (a
+// multiple of 16, both addresses 16-byte aligned), and one box of a 2-D tensor map at (c0, c1).
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void tma_2d_g2s(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
 // Returns once the phase of parity `parity` of the barrier has completed.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
@@ -148,10 +174,26 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   } while (done == 0);
 }
 
+// The kernel's parameter: the family's argument block, and for a dense GEMM the tensor map of x
+// that lets the producer fetch a group's 128 x 128 slab of x as two TMA boxes, swizzled as the
+// wgmma descriptors expect, rows past M zero-filled.
+struct WgParams {
+  GemmKernelArgs g;
+  CUtensorMap x_map;  // dense: bf16 [m, k], row stride lda, box 64 k x 128 rows, 128-byte swizzle
+};
+
 template <int TPW>
-__global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const GemmKernelArgs p) {
+__global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const __grid_constant__ WgParams wp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using T = WgTraits<TPW>;
+  const GemmKernelArgs& p = wp.g;  // stays in parameter space (the tensor map must)
+  // How the producer fills a slot. Dense: producer thread 0 alone, with the TMA unit (x by the
+  // tensor map, weights and scales as contiguous bulk copies): a few instructions per group, where
+  // 128 threads of cp.async could not keep wg128's tensor cores fed (0.48x cuBLAS on wkv against
+  // 0.73x). MoE: x rows are gathered (gate/up) or offset (down), so all 128 producer threads copy
+  // x and weights with cp.async; bulk weight copies measured slower there (weights of many
+  // experts come from DRAM, 4096-token MoE layer 1.3x slower).
+  const bool bulk = p.mode == GemmMode::kDense;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t pad = (1024u - (raw & 1023u)) & 1023u;  // the swizzle works on absolute address bits
@@ -159,7 +201,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const Gem
   const uint32_t sbase = raw + pad;
 
   __shared__ int s_row[kRows];  // source row of x for each tile row; the MoE combine's tokens after
-  // full[s]: stage s holds its group (each of the 128 producer threads' copies arrive once landed);
+  // full[s]: stage s holds its group. Bulk: producer thread 0 arrives once with the bytes its
+  // copies will bring; cp.async: each of the 128 producer threads' copies arrive once landed.
   // empty[s]: every consumer warp is done with it (lane 0 of each of the 8 arrives).
   __shared__ __align__(8) uint64_t s_full[T::kStages], s_empty[T::kStages];
 
@@ -202,36 +245,52 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const Gem
   auto full_bar = [&](int slot) { return smem_u32(&s_full[slot]); };
   auto empty_bar = [&](int slot) { return smem_u32(&s_empty[slot]); };
 
-  if (tid == 0) {
+  // Producer thread 0 initializes the barriers: it is the one that may start bulk copies onto
+  // them before the block barrier below (the dense prefetch), so the init is fenced for the
+  // async proxy.
+  if (ptid == 0) {
 #pragma unroll
     for (int st = 0; st < T::kStages; ++st) {
-      mbar_init(full_bar(st), kProducerThreads);
+      mbar_init(full_bar(st), bulk ? 1 : kProducerThreads);
       mbar_init(empty_bar(st), kConsumerWarps);
     }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
 
-  // Producer thread ptid: weight entries ptid and ptid + 128 of each tile (8 k16 slices x 32
-  // lanes x 16 B, one contiguous 4 KB run per tile and group), the scales' 16-byte chunk ptid
-  // (kTiles x 8), and x rows (ptid >> 4) + 8 i, chunk ptid & 15 (16 threads read one row's 256
-  // contiguous bytes).
-  const uint4* w_src[T::kTiles];
-  bool w_ok[T::kTiles];
-#pragma unroll
-  for (int j = 0; j < T::kTiles; ++j) {
-    w_ok[j] = tile0 + j < n_tiles64;
-    w_src[j] = wbase + (w_ok[j] ? int64_t(tile0 + j) * (p.k >> 4) * 32 + max(ptid, 0) : 0);
-  }
-  const bool s_thread = ptid >= 0 && ptid < T::kTiles * 8;
-  const bool s_ok = s_thread && tile0 + (ptid >> 3) < n_tiles64;
-  const __half* s_src = sbase_s + (s_ok ? int64_t(tile0 + (ptid >> 3)) * kg * 64 + (ptid & 7) * 8 : 0);
+  // Bulk: a group of a tile is one contiguous 4 KB run of weights (8 k16 slices x 32 lanes x
+  // 16 B) and 128 B of scales; x is two boxes (64-k halves) of 128 rows from row_begin. Tiles past
+  // N are not fetched: their slots hold stale bytes that only feed outputs never stored.
+  const int valid_tiles = max(0, min(T::kTiles, n_tiles64 - tile0));
+  const uint32_t w_bytes = uint32_t(valid_tiles) * (kTileWBytes + 128);
+  auto bulk_w = [&](int g) {
+    const uint32_t base = sbase + (g % T::kStages) * T::kStageBytes + kActBytes, bar = full_bar(g % T::kStages);
+    for (int j = 0; j < valid_tiles; ++j) {
+      bulk_g2s(base + j * kTileWBytes, wbase + (int64_t(tile0 + j) * kg + g) * 256, kTileWBytes, bar);
+      bulk_g2s(base + T::kWBytes + j * 128, sbase_s + (int64_t(tile0 + j) * kg + g) * 64, 128, bar);
+    }
+  };
+  auto bulk_x = [&](int g) {
+    const uint32_t base = sbase + (g % T::kStages) * T::kStageBytes, bar = full_bar(g % T::kStages);
+    tma_2d_g2s(base, &wp.x_map, g * 128, row_begin, bar);
+    tma_2d_g2s(base + kHalfBytes, &wp.x_map, g * 128 + 64, row_begin, bar);
+  };
+  // cp.async: producer thread ptid copies weight entries ptid and ptid + 128 of each tile, the
+  // scales' 16-byte chunk ptid (kTiles x 8), and x rows (ptid >> 4) + 8 i, chunk ptid & 15 (16
+  // threads read one row's 256 contiguous bytes).
   auto load_w = [&](int g) {
     const uint32_t base = sbase + (g % T::kStages) * T::kStageBytes + kActBytes + ptid * 16;
 #pragma unroll
-    for (int j = 0; j < T::kTiles; ++j)
+    for (int j = 0; j < T::kTiles; ++j) {
+      const bool ok = tile0 + j < n_tiles64;
+      const uint4* src = wbase + (ok ? (int64_t(tile0 + j) * kg + g) * 256 + ptid : 0);
 #pragma unroll
-      for (int i = 0; i < 2; ++i) cp_async16(base + j * kTileWBytes + i * 2048, w_src[j] + g * 256 + 128 * i, w_ok[j]);
-    if (s_thread) cp_async16(sbase + (g % T::kStages) * T::kStageBytes + kActBytes + T::kWBytes + ptid * 16,
-                             s_src + (s_ok ? g * 64 : 0), s_ok);
+      for (int i = 0; i < 2; ++i) cp_async16(base + j * kTileWBytes + i * 2048, src + 128 * i, ok);
+    }
+    if (ptid < T::kTiles * 8) {
+      const bool ok = tile0 + (ptid >> 3) < n_tiles64;
+      cp_async16(sbase + (g % T::kStages) * T::kStageBytes + kActBytes + T::kWBytes + ptid * 16,
+                 sbase_s + (ok ? (int64_t(tile0 + (ptid >> 3)) * kg + g) * 64 + (ptid & 7) * 8 : 0), ok);
+    }
   };
   const int c16 = ptid & 15, xr0 = ptid >> 4;
   const uint32_t x_col = (c16 >> 3) * kHalfBytes;
@@ -243,15 +302,18 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const Gem
       cp_async16(base + r * 128 + (((c16 & 7) ^ (r & 7)) << 4), src + int64_t(s_row[r]) * p.lda, true);
   };
   // Dense: the first kStages groups' weights (every slot is free) before the dependency on the
-  // previous kernel. Group 0's arrival below tracks them too, which only makes it a little later.
+  // previous kernel; their bytes are expected on the slots' barriers without an arrival (the
+  // group's arrival below adds x's).
   if (producer && p.mode == GemmMode::kDense) {
-#pragma unroll
-    for (int g = 0; g < T::kStages; ++g)
-      if (g < kg) load_w(g);
+    if (ptid == 0)
+      for (int g = 0; g < T::kStages && g < kg; ++g) {
+        mbar_expect_tx(full_bar(g), w_bytes);
+        bulk_w(g);
+      }
     pdl_wait();
   }
 
-  if (!producer) {
+  if (!producer && !bulk) {
     if (tid < rows)
       s_row[tid] = p.mode == GemmMode::kMoeUp ? __ldcg(p.sorted_token + row_begin + tid) : row_begin + tid;
     // Rows past the block's valid rows are zeroed once in every slot and never copied: thread
@@ -277,13 +339,22 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const Gem
     // published the moment it is complete. (The first version waited for each group with
     // cp.async.wait_group before arriving, which tied a group's publication to the issue of the
     // groups after it, and wg128 lost 25% to that.)
-    for (int g = 0; g < kg; ++g) {
-      const int slot = g % T::kStages;
-      if (g >= T::kStages) mbar_wait(empty_bar(slot), uint32_t((g / T::kStages - 1) & 1));
-      if (!(p.mode == GemmMode::kDense && g < T::kStages)) load_w(g);
-      load_x(g);
-      cp_async_arrive_noinc(full_bar(slot));
-    }
+    // Bulk: a group is four to ten copies issued by thread 0; the other producer threads idle.
+    if (ptid == 0 || !bulk)
+      for (int g = 0; g < kg; ++g) {
+        const int slot = g % T::kStages;
+        if (g >= T::kStages) mbar_wait(empty_bar(slot), uint32_t((g / T::kStages - 1) & 1));
+        if (bulk) {
+          const bool prefetched = g < T::kStages;
+          mbar_arrive_expect_tx(full_bar(slot), (prefetched ? 0u : w_bytes) + uint32_t(kActBytes));
+          if (!prefetched) bulk_w(g);
+          bulk_x(g);
+        } else {
+          load_w(g);
+          load_x(g);
+          cp_async_arrive_noinc(full_bar(slot));
+        }
+      }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     float acc[T::kSets][TPW][64];
@@ -496,11 +567,48 @@ Status query_wg(GemmConfigInfo* info, const char* name) {
   return Status::ok();
 }
 
+// cuTensorMapEncodeTiled, looked up once through the runtime (a pure host-side encoder).
+Result<PFN_cuTensorMapEncodeTiled_v12000> tensor_map_encoder() {
+  static std::once_flag once;
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static cudaError_t err = cudaSuccess;
+  std::call_once(once, [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q);
+    if (err == cudaSuccess && q != cudaDriverEntryPointSuccess) err = cudaErrorSymbolNotFound;
+    fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  });
+  if (err != cudaSuccess) return cuda_status(err, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+  return fn;
+}
+
+// The tensor map of a dense GEMM's x: [m rows, k] bf16 with row stride lda, boxes of 64 k x 128
+// rows in the 128-byte swizzle of the consumers' descriptors (desc_sw128).
+Status encode_x_map(const GemmKernelArgs& a, CUtensorMap* map) {
+  DSV4_ASSIGN_OR_RETURN(const PFN_cuTensorMapEncodeTiled_v12000 encode, tensor_map_encoder());
+  const cuuint64_t dims[2] = {cuuint64_t(a.k), cuuint64_t(a.m)};
+  const cuuint64_t strides[1] = {cuuint64_t(a.lda) * 2};
+  const cuuint32_t box[2] = {64, kRows};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(a.a), dims, strides, box,
+                            elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return internal_error("cuTensorMapEncodeTiled(x [{}, {}], stride {}) failed: CUresult {}", a.m, a.k, a.lda, int(r));
+  return Status::ok();
+}
+
 template <int TPW>
 Status launch_wg(const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl, const char* name) {
   if (args.splits != 1) return internal_error("{}: no split-K (splits {})", name, args.splits);
+  WgParams wp;
+  wp.g = args;
+  // Dense x by TMA (the launcher guarantees a 16-byte aligned x with ldx % 8 == 0, which the
+  // tensor map needs); the MoE GEMMs gather or offset their rows, so they copy x themselves.
+  if (args.mode == GemmMode::kDense) DSV4_RETURN_IF_ERROR(encode_x_map(args, &wp.x_map));
   return launch_kernel(&w4a16_wgmma_kernel<TPW>, grid, dim3(kBlockThreads), size_t(WgTraits<TPW>::kSmemBytes), stream,
-                       pdl, args, name);
+                       pdl, wp, name);
 }
 
 }  // namespace
