@@ -341,21 +341,21 @@ TEST(W4A16Decode, ForcedLaunchesMatchExactReference) {
 
 // The planner's wgmma rule (a host function: runs without a GPU), on the H200's 132 SMs, against
 // the prefill lab's winners (bench/results/w4a16_h200_prefill_lab.json, and for the widths of the
-// warp-specialized kernel with its TMA producer w4a16_h200_prefill_lab_tma.log).
+// warp-specialized kernel with its TMA producer w4a16_h200_prefill_lab_tma_256_1024_4096.log).
 TEST(W4A16Prefill, WgmmaChoiceFollowsTheLab) {
   using namespace w4a16_detail;
   constexpr int kSms = 132;
-  EXPECT_EQ(choose_wgmma_config(4096, 32768, kSms), GemmConfig::kWg256);  // wq_b: 610 vs 905 us
-  EXPECT_EQ(choose_wgmma_config(256, 32768, kSms), GemmConfig::kWg256);   // 41 vs 44 us
+  EXPECT_EQ(choose_wgmma_config(4096, 32768, kSms), GemmConfig::kWg256);  // wq_b: 564 vs 637 us
+  EXPECT_EQ(choose_wgmma_config(256, 32768, kSms), GemmConfig::kWg256);   // 38 vs 42 us
   EXPECT_EQ(choose_wgmma_config(4096, 1536, kSms), GemmConfig::kWg128);   // wq_a+wkv: 88 vs 115 us (TMA)
-  EXPECT_EQ(choose_wgmma_config(4096, 512, kSms), GemmConfig::kWg128);    // wkv: 50 vs 65 us
-  EXPECT_EQ(choose_wgmma_config(4096, 1024, kSms), GemmConfig::kWg256);   // wq_a: 69 vs 99 us
-  EXPECT_EQ(choose_wgmma_config(1024, 4096, kSms), GemmConfig::kWg256);   // wo_b: 128 vs 194 us
-  EXPECT_EQ(choose_wgmma_config(256, 8192, kSms), GemmConfig::kWg128);    // idx_wq_b: 11 vs 20 us
-  EXPECT_EQ(choose_wgmma_config(256, 4096, kSms), GemmConfig::kWg128);    // wo_b: 74 us vs 97 portable
-  EXPECT_EQ(choose_wgmma_config(1024, 1024, kSms), GemmConfig::kWg128);   // wq_a: 38 us vs 56 portable
-  EXPECT_EQ(choose_wgmma_config(256, 1024, kSms), std::nullopt);          // wq_a: portable split-K 29 vs 38 us
-  EXPECT_EQ(choose_wgmma_config(1024, 512, kSms), std::nullopt);          // wkv: 36 vs 38 us
+  EXPECT_EQ(choose_wgmma_config(4096, 512, kSms), GemmConfig::kWg128);    // wkv: 34 vs 56 us
+  EXPECT_EQ(choose_wgmma_config(4096, 1024, kSms), GemmConfig::kWg256);   // wq_a: 63 vs 65 us
+  EXPECT_EQ(choose_wgmma_config(1024, 4096, kSms), GemmConfig::kWg256);   // wo_b: 108 vs 109 us
+  EXPECT_EQ(choose_wgmma_config(256, 8192, kSms), GemmConfig::kWg128);    // idx_wq_b: 11 vs 17 us
+  EXPECT_EQ(choose_wgmma_config(256, 4096, kSms), GemmConfig::kWg128);    // wo_b: 54 us vs 97 portable
+  EXPECT_EQ(choose_wgmma_config(1024, 1024, kSms), GemmConfig::kWg128);   // wq_a: 28 us vs 56 portable
+  EXPECT_EQ(choose_wgmma_config(256, 1024, kSms), std::nullopt);          // wq_a: portable split-K 29 vs 28 us
+  EXPECT_EQ(choose_wgmma_config(1024, 512, kSms), GemmConfig::kWg128);    // wkv: 28 us vs 36 portable
   EXPECT_EQ(choose_wgmma_config(64, 32768, kSms), std::nullopt);          // 64 rows: the m64 kernel
   EXPECT_EQ(choose_wgmma_config(65, 32768, kSms), GemmConfig::kWg256);
 }

@@ -66,17 +66,18 @@ Result<GemmConfigInfo> gemm_config_info(GemmConfig cfg) {
 GemmConfig choose_tiled_config(int rows_hint) { return rows_hint <= 64 ? GemmConfig::kM64 : GemmConfig::kM128; }
 
 std::optional<GemmConfig> choose_wgmma_config(int m, int n, int n_sms) {
-  // More than 64 rows, unless the grid is tiny. H200 prefill lab
-  // (bench/results/w4a16_h200_prefill_lab.json): a lone wg128 block streams K = 4096 in ~38-50 us, so
-  // below ~n_sms / 3 blocks the portable kernels' split-K wins (wq_a M = 256: 29 vs 38 us; wkv
-  // M = 1024: 36 vs 38), above it wgmma does (wo_b M = 256: 74 vs 97; w13 M = 1024: 75 vs 118).
+  // More than 64 rows, unless the grid is tiny. H200 prefill lab with the TMA producer
+  // (bench/results/w4a16_h200_prefill_lab_tma_256_1024_4096.log): a lone wg128 block streams
+  // K = 4096 in ~28 us (38-50 before), so the portable kernels' split-K wins only below ~n_sms / 8
+  // blocks (wq_a M = 256, 16 blocks: 28 us either way, the portable 29 measured earlier in
+  // w4a16_h200_prefill_lab.json); wkv at M = 1024 (32 blocks) now takes wgmma: 28 vs 36 us.
   // Between the two widths, the one with fewer full-GPU waves, a wave of wg256 blocks costing
-  // ~1.9 waves of wg128 blocks since the producer copies by TMA (w4a16_h200_prefill_lab_tma.log,
-  // M = 4096: wq_b 572 vs 637 us in 32 vs 63 waves, wo_b 483 vs 493 in 4 vs 8, wq_a+wkv 115 vs 88
-  // in 2 vs 3, wkv 56 vs 34 in one wave each).
+  // ~1.9 waves of wg128 blocks since the producer copies by TMA (same log, M = 4096: wq_b 572 vs
+  // 637 us in 32 vs 63 waves, wo_b 483 vs 493 in 4 vs 8, wq_a+wkv 115 vs 88 in 2 vs 3, wkv 56 vs
+  // 34 in one wave each; M = 1024: wo_b 108 vs 109 in 1 vs 2, idx_wq_b 36 vs 41 in 4 vs 4).
   const int64_t row_blocks = (int64_t(m) + 127) / 128;
   const int64_t blocks128 = row_blocks * ((n + 127) / 128), blocks256 = row_blocks * ((n + 255) / 256);
-  if (m <= 64 || 3 * blocks128 < n_sms) return std::nullopt;
+  if (m <= 64 || 8 * blocks128 < n_sms) return std::nullopt;
   auto waves = [&](int64_t blocks) { return double((blocks + n_sms - 1) / n_sms); };
   return 1.9 * waves(blocks256) < waves(blocks128) ? GemmConfig::kWg256 : GemmConfig::kWg128;
 }
