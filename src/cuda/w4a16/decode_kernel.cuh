@@ -369,31 +369,43 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
     float* tile = reinterpret_cast<float*>(smem);
     constexpr int kC4 = T::kBN / 4;
     constexpr int64_t kStride = T::kBM * T::kBN / 4;
-    for (int idx = tid; idx < rows * kC4; idx += T::kThreads) {
-      const int r = idx / kC4, c4 = idx % kC4;
-      const float4* src = reinterpret_cast<const float4*>(part + r * T::kBN) + c4;
-      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-      int sp = 0;
-      for (; sp + 4 <= p.splits; sp += 4) {
-        float4 v[4];
+    // The sum is this block's serial tail, bound by L2 latency: every load of a round (two float4
+    // of the tile per thread, up to 8 splits each: 16 requests) goes out before the first add.
+    // Splits are added in order 0, 1, ... as always (the same bits).
+    constexpr int kBatch = 8;
+    const int total = rows * kC4;
+    for (int idx0 = tid; idx0 < total; idx0 += 2 * T::kThreads) {
+      const float4* src[2];
+      float4 sum[2];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = __ldcg(src + (sp + u) * kStride);
+      for (int h = 0; h < 2; ++h) {
+        const int idx = min(idx0 + h * T::kThreads, total - 1);  // a clamped duplicate is never stored
+        src[h] = reinterpret_cast<const float4*>(part + (idx / kC4) * T::kBN) + idx % kC4;
+        sum[h] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      for (int sp = 0; sp < p.splits; sp += kBatch) {
+        float4 v[2][kBatch];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          sum.x += v[u].x;
-          sum.y += v[u].y;
-          sum.z += v[u].z;
-          sum.w += v[u].w;
-        }
+        for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            if (sp + u < p.splits) v[h][u] = __ldcg(src[h] + (sp + u) * kStride);
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            if (sp + u < p.splits) {
+              sum[h].x += v[h][u].x;
+              sum[h].y += v[h][u].y;
+              sum[h].z += v[h][u].z;
+              sum[h].w += v[h][u].w;
+            }
       }
-      for (; sp < p.splits; ++sp) {
-        const float4 v = __ldcg(src + sp * kStride);
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int idx = idx0 + h * T::kThreads;
+        if (idx < total) reinterpret_cast<float4*>(tile + (idx / kC4) * T::kBN)[idx % kC4] = sum[h];
       }
-      reinterpret_cast<float4*>(tile + r * T::kBN)[c4] = sum;
     }
     __syncthreads();
     load_acc(tile);

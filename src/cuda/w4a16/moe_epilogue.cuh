@@ -20,13 +20,19 @@ __device__ __forceinline__ float swiglu_act(float gate_bf16, float up_bf16, floa
   return silu * uv * w;
 }
 
+inline constexpr int kMaxPairsPerToken = 9;  // top_k <= 8 routed experts + the shared one
+
 // Down GEMM, after this block wrote pair rows row_begin .. row_begin + rows - 1 of its column
 // block (blockIdx.x, kCols columns) to p.c and every thread reached this call: a token whose
 // last pair row of the column block this was sums its rows in the fixed order of token_pairs
 // (routed experts by increasing id, then shared) into y. s_row_token: shared int[>= rows]. The
 // router's lists are read with ld.global.cg: in a PDL chain a co-resident block of another grid
 // may hold an older copy in L1.
-template <int kCols, int kThreads>
+// kBatched: all of a token's pair positions are requested at once, then all its rows, so the
+// combine costs two L2 round trips instead of two per pair (decode: the combine is the MoE
+// layer's tail, 14 dependent loads at top_k 6); it holds ~45 more registers, which the wgmma
+// kernel's producer threads (40 registers, they join its epilogue) do not have.
+template <int kCols, int kThreads, bool kBatched = true>
 __device__ __forceinline__ void moe_combine(const GemmKernelArgs& p, int row_begin, int rows, int* s_row_token) {
   const int tid = threadIdx.x;
   __threadfence();
@@ -50,9 +56,7 @@ __device__ __forceinline__ void moe_combine(const GemmKernelArgs& p, int row_beg
     float sum[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) sum[i] = 0.0f;
-    for (int kp = 0; kp < p.pairs_per_token; ++kp) {
-      const int pos = __ldcg(p.token_pairs + int64_t(token) * p.pairs_per_token + kp);
-      const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p.c + int64_t(pos) * p.ldc + col));
+    auto add = [&](const uint4 v) {
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -60,6 +64,23 @@ __device__ __forceinline__ void moe_combine(const GemmKernelArgs& p, int row_beg
         sum[2 * i] += f2.x;
         sum[2 * i + 1] += f2.y;
       }
+    };
+    const int* pairs = p.token_pairs + int64_t(token) * p.pairs_per_token;
+    if constexpr (kBatched) {
+      int pos[kMaxPairsPerToken];
+#pragma unroll
+      for (int kp = 0; kp < kMaxPairsPerToken; ++kp)
+        if (kp < p.pairs_per_token) pos[kp] = __ldcg(pairs + kp);
+      uint4 v[kMaxPairsPerToken];
+#pragma unroll
+      for (int kp = 0; kp < kMaxPairsPerToken; ++kp)
+        if (kp < p.pairs_per_token) v[kp] = __ldcg(reinterpret_cast<const uint4*>(p.c + int64_t(pos[kp]) * p.ldc + col));
+#pragma unroll
+      for (int kp = 0; kp < kMaxPairsPerToken; ++kp)  // the same order as the loop below: same bits
+        if (kp < p.pairs_per_token) add(v[kp]);
+    } else {
+      for (int kp = 0; kp < p.pairs_per_token; ++kp)
+        add(__ldcg(reinterpret_cast<const uint4*>(p.c + int64_t(__ldcg(pairs + kp)) * p.ldc + col)));
     }
     uint4 o;
     o.x = pack_bf16x2(sum[0], sum[1]);

@@ -543,7 +543,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const __g
       d32[3] = v.w;
     }
   }
-  if (p.mode == GemmMode::kMoeDown) moe_combine<T::kCols, kBlockThreads>(p, row_begin, rows, s_row);
+  if (p.mode == GemmMode::kMoeDown) moe_combine<T::kCols, kBlockThreads, false>(p, row_begin, rows, s_row);
 #endif
 }
 
