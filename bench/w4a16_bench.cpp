@@ -349,6 +349,56 @@ json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool 
   return rows;
 }
 
+// Timeline of one MoE call (the heuristics' launches) in the middle of a graph of kCalls chained
+// calls: the per-block stamps of its three launches (MoeDiagnosticLaunches::trace), printed and
+// returned as percentiles per launch and point, in us from the router's first block entry.
+json moe_timeline(Ctx& c, int m, const std::function<void(int, const MoeDiagnosticLaunches*)>& call) {
+  constexpr int kCalls = 8, kTraced = 4;
+  constexpr size_t kMaxBlocks = 3 * 8192;
+  DeviceBuffer tr = alloc(kMaxBlocks * kMoeTracePoints * 8);
+  CK(cudaMemset(tr.get(), 0, tr.bytes()));
+  int blocks[3] = {0, 0, 0};
+  MoeDiagnosticLaunches d;
+  d.force_configs = false;
+  d.trace = tr.as<unsigned long long>();
+  d.trace_blocks = blocks;
+  time_graph(c.s, kCalls, [&](int i) { call(i, i == kTraced ? &d : nullptr); }, 1);
+  const size_t n = size_t(blocks[0]) + blocks[1] + blocks[2];
+  DSV4_CHECK(n <= kMaxBlocks, "moe timeline: {} blocks exceed the trace buffer", n);
+  std::vector<unsigned long long> t(n * kMoeTracePoints);
+  CK(cudaMemcpy(t.data(), tr.get(), t.size() * 8, cudaMemcpyDeviceToHost));
+  unsigned long long t0 = ~0ull;
+  for (int b = 0; b < blocks[0]; ++b)
+    if (t[size_t(b) * kMoeTracePoints] != 0) t0 = std::min(t0, t[size_t(b) * kMoeTracePoints]);
+  const char* names[3] = {"router", "gate_up", "down"};
+  const char* points[kMoeTracePoints] = {"entry", "dep_met", "streamed", "exit"};
+  json out = json::object();
+  size_t base = 0;
+  for (int l = 0; l < 3; ++l) {
+    json pl = json::object();
+    std::printf("moe        M=%-5d timeline %-7s (%d blocks), us from the router's first entry: min p10 p50 p90 max\n", m,
+                names[l], blocks[l]);
+    for (int pt = 0; pt < kMoeTracePoints; ++pt) {
+      std::vector<double> v;
+      for (int b = 0; b < blocks[l]; ++b) {
+        const unsigned long long st = t[(base + size_t(b)) * kMoeTracePoints + size_t(pt)];
+        if (st != 0) v.push_back((double(st) - double(t0)) * 1e-3);
+      }
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      auto q = [&](double f) { return v[size_t(f * double(v.size() - 1))]; };
+      std::printf("             %-8s n=%-4zu %8.2f %8.2f %8.2f %8.2f %8.2f\n", points[pt], v.size(), v.front(), q(0.1),
+                  q(0.5), q(0.9), v.back());
+      pl[points[pt]] = {{"n", v.size()}, {"min", v.front()}, {"p10", q(0.1)}, {"p50", q(0.5)}, {"p90", q(0.9)},
+                        {"max", v.back()}};
+    }
+    out[names[l]] = pl;
+    base += size_t(blocks[l]);
+  }
+  std::fflush(stdout);
+  return out;
+}
+
 json bench_moe(Ctx& c, const std::vector<int>& ms, const std::vector<int>& lab_ms, json* lab_rows) {
   constexpr int H = 4096, I = 2048, E = 256, K = 6;
   const int kLayers = g_profile ? 1 : 2, kInputs = g_profile ? 1 : 8;
@@ -484,6 +534,10 @@ json bench_moe(Ctx& c, const std::vector<int>& ms, const std::vector<int>& lab_m
                 parts[1].get<double>() - parts[0].get<double>(), us - parts[1].get<double>());
     r["router_us"] = parts[0];
     r["router_gate_up_us"] = parts[1];
+    if (m == 1) r["timeline"] = moe_timeline(c, m, [&](int i, const MoeDiagnosticLaunches* d) {
+      MoeArgs a{xs[size_t(i % kInputs)].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
+      CKS(moe_forward(weights(i % kLayers), a, ws, c.s, d));
+    });
     rows.push_back(r);
   }
   // Lab: forced launches of the two GEMMs (gate/up swept with down fixed, then down with the

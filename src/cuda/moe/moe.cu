@@ -5,6 +5,7 @@
 
 #include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/trace.cuh"
 #include "cuda/moe/moe.h"
 #include "cuda/moe/route.h"
 #include "cuda/w4a16/gemm_internal.h"
@@ -13,6 +14,8 @@ namespace dsv4::cuda {
 
 using namespace w4a16_detail;
 using namespace moe_detail;
+
+static_assert(kMoeTracePoints == kTracePoints, "moe.h states the stamps per block");
 
 namespace {
 constexpr size_t kPartialBytes = size_t(16) << 20;
@@ -222,6 +225,15 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   r.sorted_token = ws.sorted_token_.as<int>();
   r.sorted_weight = ws.sorted_weight_.as<float>();
   r.token_pairs = ws.token_pairs_.as<int>();
+  unsigned long long* const trace = diag != nullptr ? diag->trace : nullptr;
+  const int route_blocks = moe_route_blocks(m);
+  const int up_blocks = int(up.grid.x * up.grid.y * up.grid.z), down_blocks = int(down.grid.x * down.grid.y * down.grid.z);
+  if (trace != nullptr && diag->trace_blocks != nullptr) {
+    diag->trace_blocks[0] = route_blocks;
+    diag->trace_blocks[1] = up_blocks;
+    diag->trace_blocks[2] = down_blocks;
+  }
+  r.trace = trace;
   const bool pdl = pdl_supported(*dev);
   const int launches = diag != nullptr ? diag->launches : 3;
   if (launches < 1 || launches > 3) return invalid_argument("moe_forward: diagnostic launches {} not in 1..3", launches);
@@ -243,6 +255,7 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.partials = ws.partials_.as<float>();
   g.counters = ws.gemm_counters_;
   g.swiglu_limit = w.swiglu_limit;
+  g.trace = trace != nullptr ? trace + int64_t(kTracePoints) * route_blocks : nullptr;
 
   // Gate/up: [pairs, hidden] x [2 inter, hidden]^T -> act [pairs, inter].
   g.mode = GemmMode::kMoeUp;
@@ -283,6 +296,7 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.combine_counters = ws.combine_counters_;
   g.y = a.y;
   g.ldy = a.ldy;
+  g.trace = trace != nullptr ? trace + int64_t(kTracePoints) * (route_blocks + up_blocks) : nullptr;
   g.splits = down.splits;
   g.cluster_splits = down.cluster ? down.splits : 0;
   g.stages = down.stages;

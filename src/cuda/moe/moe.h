@@ -61,12 +61,19 @@ struct MoeArgs {
 // Configurations are w4a16_config_name indices; they must have the block rows the heuristic
 // picks for this batch (the router cuts tiles by it), or (decode configurations) at least the
 // forced block_rows. stages 0: the launcher's default; block_rows 0: moe_block_rows().
+inline constexpr int kMoeTracePoints = 4;  // stamps per block in a trace: entry, dependency met,
+                                           // weights streamed, exit (common/trace.cuh)
 struct MoeDiagnosticLaunches {
   int up_config = 0, up_splits = 1, up_stages = 0;
   int down_config = 0, down_splits = 1, down_stages = 0;
   int block_rows = 0;  // rows per (expert, row block) tile the router cuts: 4, 16, 32, 64 or 128
   int launches = 3;    // benchmark breakdown: 1 = the router only, 2 = router + gate/up, 3 = all
   bool force_configs = true;  // false: the heuristics' GEMM launches (for a breakdown of them)
+  // Timeline: per-block stamps (common/trace.cuh; decode GEMM kernels and the router) of the
+  // launches at trace, router blocks first, then gate/up's, then down's; the block count of each
+  // launch goes to trace_blocks[0..2]. Null: no stamps.
+  unsigned long long* trace = nullptr;
+  int* trace_blocks = nullptr;
 };
 
 // Everything moe_forward needs besides weights, sized for up to max_tokens rows. Created once

@@ -10,6 +10,7 @@
 #include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/trace.cuh"
 #include "cuda/moe/route.h"
 
 namespace dsv4::cuda::moe_detail {
@@ -227,6 +228,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
   __shared__ int s_flag;
   const uint4* xs = reinterpret_cast<const uint4*>(smem);  // bf16 [TM][hidden]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  trace_stamp(p.trace, 0);
   if constexpr (TM == 1) {
     // Decode: the block's 8 EPW router rows go to smem through cp.async, every request in flight
     // at once (one DRAM round trip); they do not depend on the previous kernel.
@@ -238,6 +240,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
   }
   pdl_wait();  // x comes from the previous kernel (and our dependents launch only from here:
                // the gate/up GEMM's shared-expert blocks read x without waiting for us)
+  trace_stamp(p.trace, 1);
   const int tok0 = blockIdx.x * TM;
   const int n_tok = min(TM, p.m - tok0);
   constexpr int cpr = kRouterHidden / 8;  // 16-byte chunks per row
@@ -307,6 +310,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
       if (lane == 0 && t < n_tok) p.logits[int64_t(tok0 + t) * kRouterExperts + e0 + j] = v;
     }
 
+  trace_stamp(p.trace, 2);
   __threadfence();
   __syncthreads();
   if constexpr (TM == 1) {
@@ -318,7 +322,10 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
       if (s_flag) atomicExch(p.done_counter, 0);
     }
     __syncthreads();
-    if (!s_flag) return;
+    if (!s_flag) {
+      trace_stamp(p.trace, 3);
+      return;
+    }
     // The selections stay in shared memory for the grouping: no global round trip between them.
     __shared__ int s_ids[kDecodeMaxTokens * 8];
     __shared__ float s_w[kDecodeMaxTokens * 8];
@@ -326,6 +333,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     for (int tok = warp; tok < p.m; tok += kThreads / 32) select_experts(p, tok, lane, s_ids, s_w);
     __syncthreads();
     group_pairs<true>(p, s_ids, s_w);
+    trace_stamp(p.trace, 3);
   } else {
     // Prefill: the last expert slice of this token tile selects experts for its tokens.
     if (tid == 0) {
@@ -376,6 +384,10 @@ Status launch_variant(const RouteKernelArgs& p, cudaStream_t stream, bool pdl) {
 }
 
 }  // namespace
+
+int moe_route_blocks(int m) {
+  return m <= kDecodeMaxTokens ? m * (kRouterExperts / 8) : (m + 7) / 8 * (kRouterExperts / 32);
+}
 
 Status launch_moe_route(const RouteKernelArgs& p, cudaStream_t stream, bool pdl) {
   if (p.hidden != kRouterHidden) return invalid_argument("moe router: hidden {} != {}", p.hidden, kRouterHidden);

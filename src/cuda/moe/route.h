@@ -36,7 +36,11 @@ struct RouteKernelArgs {
   int* sorted_token = nullptr;            // out: i32 [M (top_k + 1)]
   float* sorted_weight = nullptr;         // out: f32 [M (top_k + 1)]
   int* token_pairs = nullptr;             // out: i32 [M, top_k + 1]
+  unsigned long long* trace = nullptr;    // diagnostics: u64 [grid blocks][4] stamps (common/trace.cuh)
 };
+
+// Blocks of the router's grid for a batch of m tokens (the size of its trace).
+int moe_route_blocks(int m);
 
 // pdl: launch as a programmatic dependent of the previous kernel in the stream (SM90; see
 // common/pdl.cuh). The kernel waits for that kernel before reading x.

@@ -31,6 +31,7 @@
 #include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/trace.cuh"
 #include "cuda/w4a16/gemm_internal.h"
 #include "cuda/w4a16/moe_epilogue.cuh"
 #include "cuda/w4a16/ptx.cuh"
@@ -75,6 +76,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wk = warp % WK, wn = warp / WK;
   const int nb = blockIdx.x, split = blockIdx.y, z = blockIdx.z;
+  trace_stamp(p.trace, 0);
   const int n_tiles64 = p.n >> 6, kg = p.k >> 7;
 
   // Which rows (and expert) this block owns. PDL: routed blocks of the gate/up GEMM first wait
@@ -98,7 +100,10 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
     // without waiting (waiting would park them on SMs the running gate/up GEMM needs): the grid
     // still completes only after its predecessor because the shared-expert tiles (always at
     // least one: m >= 1) do wait.
-    if (t >= __ldcg(p.n_tiles)) return;
+    if (t >= __ldcg(p.n_tiles)) {
+      trace_stamp(p.trace, 3);
+      return;
+    }
     const int4 tile = __ldcg(p.tiles + t);
     expert = tile.x;
     row_begin = tile.y;
@@ -147,6 +152,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   // waited above; its shared-expert blocks read only x, which is complete because the router
   // (the previous kernel) lets its dependents launch only after its own wait.
   if (p.mode != GemmMode::kMoeUp) pdl_wait();
+  trace_stamp(p.trace, 1);
   if (tid < rows) {
     int64_t arow = row_begin + tid;
     if (p.mode == GemmMode::kMoeUp)
@@ -255,6 +261,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   }
   cp_async_wait<0>();
   __syncthreads();  // ring and A are free from here on
+  trace_stamp(p.trace, 2);
 
   // The WK warps of a tile: add into the wk == 0 warp, in wk order.
   if constexpr (WK > 1) {
@@ -347,7 +354,10 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
       }
     }
     cluster_sync();  // the other splits keep their shared memory until split 0 has read it
-    if (split != 0) return;
+    if (split != 0) {
+      trace_stamp(p.trace, 3);
+      return;
+    }
     load_acc(tile);
   } else
 #endif
@@ -364,7 +374,10 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
       if (s_last) atomicExch(&p.counters[tile_id], 0);  // every split has arrived: reset for reuse
     }
     __syncthreads();
-    if (!s_last) return;
+    if (!s_last) {
+      trace_stamp(p.trace, 3);
+      return;
+    }
     __threadfence();
     float* tile = reinterpret_cast<float*>(smem);
     constexpr int kC4 = T::kBN / 4;
@@ -459,6 +472,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
 
   // MoE combine: when a token's last pair row of this column block is written, sum its rows.
   if (p.mode == GemmMode::kMoeDown) moe_combine<T::kBN, T::kThreads>(p, row_begin, rows, s_row_token);
+  trace_stamp(p.trace, 3);
 }
 
 // Entry points of one decode configuration (used by decode_cfg_*.cu). The dynamic smem limit is

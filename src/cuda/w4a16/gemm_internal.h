@@ -64,6 +64,8 @@ struct GemmKernelArgs {
   __nv_bfloat16* y = nullptr;        // kMoeDown: bf16 [M, N] final output, row stride ldy
   int64_t ldy = 0;
   float swiglu_limit = 10.0f;
+  unsigned long long* trace = nullptr;  // diagnostics (decode kernels): u64 [grid blocks][4] stamps
+                                        // (common/trace.cuh); null in production launches
 };
 
 // Kernel configurations. The decode family (decode_kernel.cuh, up to 32 rows) gives every warp
