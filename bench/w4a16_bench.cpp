@@ -352,7 +352,7 @@ json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool 
 // Timeline of one MoE call (the heuristics' launches) in the middle of a graph of kCalls chained
 // calls: the per-block stamps of its three launches (MoeDiagnosticLaunches::trace), printed and
 // returned as percentiles per launch and point, in us from the router's first block entry.
-json moe_timeline(Ctx& c, int m, const std::function<void(int, const MoeDiagnosticLaunches*)>& call) {
+json moe_timeline(Ctx& c, int m, int launches, const std::function<void(int, const MoeDiagnosticLaunches*)>& call) {
   constexpr int kCalls = 8, kTraced = 4;
   constexpr size_t kMaxBlocks = 3 * 8192;
   DeviceBuffer tr = alloc(kMaxBlocks * kMoeTracePoints * 8);
@@ -360,6 +360,7 @@ json moe_timeline(Ctx& c, int m, const std::function<void(int, const MoeDiagnost
   int blocks[3] = {0, 0, 0};
   MoeDiagnosticLaunches d;
   d.force_configs = false;
+  d.launches = launches;
   d.trace = tr.as<unsigned long long>();
   d.trace_blocks = blocks;
   time_graph(c.s, kCalls, [&](int i) { call(i, i == kTraced ? &d : nullptr); }, 1);
@@ -367,12 +368,23 @@ json moe_timeline(Ctx& c, int m, const std::function<void(int, const MoeDiagnost
   DSV4_CHECK(n <= kMaxBlocks, "moe timeline: {} blocks exceed the trace buffer", n);
   std::vector<unsigned long long> t(n * kMoeTracePoints);
   CK(cudaMemcpy(t.data(), tr.get(), t.size() * 8, cudaMemcpyDeviceToHost));
+  json out = json::object();
   unsigned long long t0 = ~0ull;
-  for (int b = 0; b < blocks[0]; ++b)
+  for (int b = 0; b + (m <= 32 ? 1 : 0) < blocks[0]; ++b)
     if (t[size_t(b) * kMoeTracePoints] != 0) t0 = std::min(t0, t[size_t(b) * kMoeTracePoints]);
+  // Decode batches: the router's last slot is its last block's tail (flag known, fenced, experts
+  // selected, pairs grouped), printed on its own.
+  const int tail = m <= 32 ? 1 : 0;
+  if (tail != 0) {
+    const unsigned long long* ts = t.data() + size_t(blocks[0] - 1) * kMoeTracePoints;
+    std::printf("moe        M=%-5d timeline router tail: flag %.2f, fenced %.2f, selected %.2f, grouped %.2f us\n", m,
+                (double(ts[0]) - double(t0)) * 1e-3, (double(ts[1]) - double(t0)) * 1e-3,
+                (double(ts[2]) - double(t0)) * 1e-3, (double(ts[3]) - double(t0)) * 1e-3);
+    out["router_tail"] = {(double(ts[0]) - double(t0)) * 1e-3, (double(ts[1]) - double(t0)) * 1e-3,
+                          (double(ts[2]) - double(t0)) * 1e-3, (double(ts[3]) - double(t0)) * 1e-3};
+  }
   const char* names[3] = {"router", "gate_up", "down"};
   const char* points[kMoeTracePoints] = {"entry", "dep_met", "streamed", "exit"};
-  json out = json::object();
   size_t base = 0;
   for (int l = 0; l < 3; ++l) {
     json pl = json::object();
@@ -380,7 +392,7 @@ json moe_timeline(Ctx& c, int m, const std::function<void(int, const MoeDiagnost
                 names[l], blocks[l]);
     for (int pt = 0; pt < kMoeTracePoints; ++pt) {
       std::vector<double> v;
-      for (int b = 0; b < blocks[l]; ++b) {
+      for (int b = 0; b < blocks[l] - (l == 0 ? tail : 0); ++b) {
         const unsigned long long st = t[(base + size_t(b)) * kMoeTracePoints + size_t(pt)];
         if (st != 0) v.push_back((double(st) - double(t0)) * 1e-3);
       }
@@ -534,10 +546,20 @@ json bench_moe(Ctx& c, const std::vector<int>& ms, const std::vector<int>& lab_m
                 parts[1].get<double>() - parts[0].get<double>(), us - parts[1].get<double>());
     r["router_us"] = parts[0];
     r["router_gate_up_us"] = parts[1];
-    if (m == 1) r["timeline"] = moe_timeline(c, m, [&](int i, const MoeDiagnosticLaunches* d) {
-      MoeArgs a{xs[size_t(i % kInputs)].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
-      CKS(moe_forward(weights(i % kLayers), a, ws, c.s, d));
-    });
+    // The timeline of one call in a chain of whole layers, then in a chain of routers alone (no
+    // expert weights streamed between them: the router's code and data stay in L2).
+    for (int launches : {3, 1}) {
+      if (m != 1) break;
+      std::printf("moe        M=%-5d timeline of a chain of %s\n", m, launches == 3 ? "layers" : "routers alone");
+      r[launches == 3 ? "timeline" : "timeline_router_chain"] =
+          moe_timeline(c, m, launches, [&](int i, const MoeDiagnosticLaunches* d) {
+            MoeArgs a{xs[size_t(i % kInputs)].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
+            MoeDiagnosticLaunches plain;
+            plain.force_configs = false;
+            plain.launches = launches;
+            CKS(moe_forward(weights(i % kLayers), a, ws, c.s, d != nullptr ? d : &plain));
+          });
+    }
     rows.push_back(r);
   }
   // Lab: forced launches of the two GEMMs (gate/up swept with down fixed, then down with the

@@ -13,11 +13,14 @@ namespace dsv4::cuda {
 
 inline constexpr int kTracePoints = 4;  // entry, dependency met, main loop done, exit
 
-__device__ __forceinline__ void trace_stamp(unsigned long long* trace, int point) {
+// Stamp `point` of this block (thread 0), or with `slot` >= 0 of that pseudo-block instead (a
+// kernel's one-off tail: the slots past the grid's blocks).
+__device__ __forceinline__ void trace_stamp(unsigned long long* trace, int point, int64_t slot = -1) {
   if (trace == nullptr || threadIdx.x != 0) return;
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  const int64_t block = blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
+  const int64_t block =
+      slot >= 0 ? slot : blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
   trace[block * kTracePoints + point] = t;
 }
 

@@ -44,99 +44,106 @@ __device__ __forceinline__ unsigned ordered_key(float f) {
   return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
 }
 
-// Expert selection and weights of token `tok` by one warp; written to topk_ids / topk_w and,
-// when s_ids is not null, to s_ids / s_w [tok * top_k ..] in shared memory too.
-__device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, int* s_ids = nullptr,
-                               float* s_w = nullptr) {
-  constexpr unsigned kAll = 0xffffffffu;
-  float s[8], v[8];
+// The scores of tokens tok0 .. tok0 + n - 1 by the whole block, thread e for expert e:
+// s = sqrt(softplus(logit)) and v = s + bias (NaN -> -inf; what the top-k compares) to
+// scores[t][0, 256) and scores[t][256, 512). Spread over the block so that the selection warps
+// below find them ready: on one warp (8 experts per lane) this was the longest serial step of a
+// decode MoE layer (bench/results/NOTES.md, "MoE decode timeline").
+__device__ void expert_scores(const RouteKernelArgs& p, int tok0, int n, float* scores) {
+  const int e = threadIdx.x;
+  const float b = p.bias != nullptr ? p.bias[e] : 0.0f;
+#pragma unroll 1
+  for (int t = 0; t < n; t += 2) {
+    float l[2];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int e = lane + 32 * j;
-    const float l = __ldcg(&p.logits[int64_t(tok) * kRouterExperts + e]);
-    s[j] = sqrtf(l > 20.0f ? l : log1pf(expf(l)));  // torch softplus (threshold 20), then sqrt
-    const float b = p.bias != nullptr ? p.bias[e] : 0.0f;
-    v[j] = s[j] + b;
-    if (isnan(v[j])) v[j] = -INFINITY;
+    for (int u = 0; u < 2; ++u)
+      if (t + u < n) l[u] = __ldcg(&p.logits[int64_t(tok0 + t + u) * kRouterExperts + e]);
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+      if (t + u < n) {
+        const float sv = sqrtf(l[u] > 20.0f ? l[u] : log1pf(expf(l[u])));  // torch softplus (threshold 20), sqrt
+        float v = sv + b;
+        if (isnan(v)) v = -INFINITY;
+        scores[(t + u) * 512 + e] = sv;
+        scores[(t + u) * 512 + 256 + e] = v;
+      }
   }
-  int ids[8];
-  float sc[8];
+  __syncthreads();
+}
+
+// Expert selection and weights of token `tok` by one warp from its scores (expert_scores);
+// written to topk_ids / topk_w and, when s_ids is not null, to s_ids / s_w [tok * top_k ..] in
+// shared memory too. Round k's expert and score end up in lane k. One warp runs this once per
+// call on the decode critical path, so the loops over rounds stay rolled: fully unrolled (with a
+// sorting network) it was ~40 KB of code (bench/results/NOTES.md, "MoE decode timeline").
+__device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, const float* scores,
+                               int* s_ids = nullptr, float* s_w = nullptr) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const float* ss = scores;        // [256] s_e
+  const float* vs = scores + 256;  // [256] v_e
+  int my_id = 0;
+  float my_sc = 0.0f;
   if (p.tid2eid != nullptr) {
     const int64_t row = int64_t(p.token_ids[tok]) * p.top_k;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      ids[k] = 0;
-      sc[k] = 0.0f;
-      if (k < p.top_k) {
-        const int e = p.tid2eid[row + k];
-        float se = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          if (j == (e >> 5)) se = s[j];
-        ids[k] = e;
-        sc[k] = __shfl_sync(kAll, se, e & 31);
+#pragma unroll 1
+    for (int k = 0; k < p.top_k; ++k) {
+      const int e = p.tid2eid[row + k];
+      const float sc = ss[e];
+      if (lane == k) {
+        my_id = e;
+        my_sc = sc;
       }
     }
   } else {
     // Each round: every lane's best untaken candidate (ties: lowest expert id), then the warp's
     // largest value by one redux and, among the lanes holding it, the lowest id by another.
     unsigned taken = 0;
+#pragma unroll 1
+    for (int k = 0; k < p.top_k; ++k) {
+      float bv = -INFINITY, bs = 0.0f;
+      int be = INT_MAX;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      ids[k] = 0;
-      sc[k] = 0.0f;
-      if (k < p.top_k) {
-        float bv = -INFINITY, bs = 0.0f;
-        int be = INT_MAX;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int e = lane + 32 * j;
-          if (((taken >> j) & 1u) == 0 && (v[j] > bv || (v[j] == bv && e < be))) {
-            bv = v[j];
-            be = e;
-            bs = s[j];
-          }
+      for (int j = 0; j < 8; ++j) {
+        const int e = lane + 32 * j;
+        const float v = vs[e];
+        if (((taken >> j) & 1u) == 0 && (v > bv || (v == bv && e < be))) {
+          bv = v;
+          be = e;
+          bs = ss[e];
         }
-        const unsigned key = ordered_key(bv);
-        const unsigned top = __reduce_max_sync(kAll, key);
-        const int winner = int(__reduce_min_sync(kAll, key == top ? unsigned(be) : 0xffffffffu));
-        ids[k] = winner;
-        sc[k] = __shfl_sync(kAll, bs, winner & 31);
-        if ((winner & 31) == lane) taken |= 1u << (winner >> 5);
       }
+      const unsigned key = ordered_key(bv);
+      const unsigned top = __reduce_max_sync(kAll, key);
+      const int winner = int(__reduce_min_sync(kAll, key == top ? unsigned(be) : 0xffffffffu));
+      const float sc = __shfl_sync(kAll, bs, winner & 31);
+      if (lane == k) {
+        my_id = winner;
+        my_sc = sc;
+      }
+      if ((winner & 31) == lane) taken |= 1u << (winner >> 5);
     }
   }
+  // Scores summed in selection order.
   float denom = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 8; ++k)
-    if (k < p.top_k) denom += sc[k];
-  float w[8];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) w[k] = sc[k] / denom * p.route_scale;
-  // Increasing expert id: the order the MoE combine sums the expert outputs in.
-#pragma unroll
-  for (int a = 0; a < 7; ++a)
-#pragma unroll
-    for (int b = 0; b < 7 - a; ++b)
-      if (b + 1 < p.top_k && ids[b] > ids[b + 1]) {
-        const int ti = ids[b];
-        ids[b] = ids[b + 1];
-        ids[b + 1] = ti;
-        const float tw = w[b];
-        w[b] = w[b + 1];
-        w[b + 1] = tw;
-      }
-  if (lane == 0) {
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      if (k < p.top_k) {
-        p.topk_ids[int64_t(tok) * p.top_k + k] = ids[k];
-        p.topk_w[int64_t(tok) * p.top_k + k] = w[k];
-        if (s_ids != nullptr) {
-          s_ids[tok * p.top_k + k] = ids[k];
-          s_w[tok * p.top_k + k] = w[k];
-        }
-      }
+#pragma unroll 1
+  for (int k = 0; k < p.top_k; ++k) denom += __shfl_sync(kAll, my_sc, k);
+  const float w = my_sc / denom * p.route_scale;
+  // Increasing expert id (the order the MoE combine sums the expert outputs in); equal ids (a
+  // hash row may repeat one) keep their selection order.
+  int rank = 0;
+#pragma unroll 1
+  for (int j = 0; j < p.top_k; ++j) {
+    const int other = __shfl_sync(kAll, my_id, j);
+    rank += (other < my_id || (other == my_id && j < lane)) ? 1 : 0;
+  }
+  if (lane < p.top_k) {
+    const int64_t at = int64_t(tok) * p.top_k + rank;
+    p.topk_ids[at] = my_id;
+    p.topk_w[at] = w;
+    if (s_ids != nullptr) {
+      s_ids[at] = my_id;
+      s_w[at] = w;
+    }
   }
 }
 
@@ -161,6 +168,7 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
   const int n_pairs = m * top_k;
   for (int e = tid; e <= kRouterExperts; e += kThreads) s_cnt[e] = 0;
   __syncthreads();
+#pragma unroll 1
   for (int i = tid; i < n_pairs; i += kThreads) atomicAdd(&s_cnt[load_sel<kSmem>(sel_ids + i)], 1);
   __syncthreads();
   {
@@ -184,6 +192,7 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
     }
     __syncthreads();
     int wa = 0, wb = 0;
+#pragma unroll 1
     for (int w = 0; w < warp; ++w) {
       wa += s_wsum[0][w];
       wb += s_wsum[1][w];
@@ -200,12 +209,14 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
   __syncthreads();
   for (int e = tid; e < kRouterExperts; e += kThreads) {
     const int cnt = s_cnt[e];
+#pragma unroll 1
     for (int j = 0; j * bm < cnt; ++j) p.tiles[s_toff[e] + j] = make_int4(e, s_off[e] + j * bm, min(bm, cnt - j * bm), 0);
     s_cur[e] = s_off[e];
   }
   __syncthreads();
   // Order inside an expert is arrival order: rows are independent in the GEMMs, so it does not
   // change any value.
+#pragma unroll 1
   for (int i = tid; i < n_pairs; i += kThreads) {
     const int t = i / top_k, e = load_sel<kSmem>(sel_ids + i);
     const int pos = atomicAdd(&s_cur[e], 1);
@@ -213,6 +224,7 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
     p.sorted_weight[pos] = load_sel<kSmem>(sel_w + i);
     p.token_pairs[int64_t(t) * (top_k + 1) + (i % top_k)] = pos;
   }
+#pragma unroll 1
   for (int t = tid; t < m; t += kThreads) {
     const int pos = s_off[kShared] + t;
     p.sorted_token[pos] = t;
@@ -266,9 +278,11 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     asm volatile("cp.async.wait_all;\n" ::);  // issued before pdl_wait (the weights are constant)
     __syncthreads();
     const uint4* ws = xs + TM * cpr;  // bf16 [8 EPW][hidden]
+    // Partly unrolled: the operands are in smem, and fully unrolled code took ~1.5 us more to
+    // fetch than to run (the decode timeline).
 #pragma unroll
     for (int j = 0; j < EPW; ++j)
-#pragma unroll
+#pragma unroll 4
       for (int i = 0; i < kPerLane; ++i) {
         float xv[8], wf[8];
         unpack8(xs[lane + 32 * i], xv);
@@ -327,12 +341,21 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
       return;
     }
     // The selections stay in shared memory for the grouping: no global round trip between them.
+    // Trace: the tail's steps go to the pseudo-block past the grid (moe_route_blocks counts it).
+    const int64_t tail = int64_t(gridDim.x) * gridDim.y;
+    trace_stamp(p.trace, 0, tail);
     __shared__ int s_ids[kDecodeMaxTokens * 8];
     __shared__ float s_w[kDecodeMaxTokens * 8];
     __threadfence();
-    for (int tok = warp; tok < p.m; tok += kThreads / 32) select_experts(p, tok, lane, s_ids, s_w);
+    trace_stamp(p.trace, 1, tail);
+    // The scores go where x and the router rows were (every thread passed the barrier above).
+    float* scores = reinterpret_cast<float*>(smem);  // [m][512]
+    expert_scores(p, 0, p.m, scores);
+    for (int tok = warp; tok < p.m; tok += kThreads / 32) select_experts(p, tok, lane, scores + tok * 512, s_ids, s_w);
     __syncthreads();
+    trace_stamp(p.trace, 2, tail);
     group_pairs<true>(p, s_ids, s_w);
+    trace_stamp(p.trace, 3, tail);
     trace_stamp(p.trace, 3);
   } else {
     // Prefill: the last expert slice of this token tile selects experts for its tokens.
@@ -344,7 +367,9 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     __syncthreads();
     if (!s_flag) return;
     __threadfence();
-    if (warp < n_tok) select_experts(p, tok0 + warp, lane);
+    float* scores = reinterpret_cast<float*>(smem);  // [n_tok][512], where x was
+    expert_scores(p, tok0, n_tok, scores);
+    if (warp < n_tok) select_experts(p, tok0 + warp, lane, scores + warp * 512);
 
     // The last token tile groups every pair.
     __threadfence();
@@ -365,7 +390,8 @@ template <int TM, int EPW>
 Status launch_variant(const RouteKernelArgs& p, cudaStream_t stream, bool pdl) {
   static_assert(TM <= 8, "one warp per token in the selection step");
   // x rows, plus (decode) the block's router rows.
-  const int smem = TM * kRouterHidden * 2 + (TM == 1 ? 8 * EPW * kRouterHidden * 2 : 0);
+  constexpr int smem = TM * kRouterHidden * 2 + (TM == 1 ? 8 * EPW * kRouterHidden * 2 : 0);
+  static_assert((TM == 1 ? kDecodeMaxTokens : TM) * 512 * 4 <= smem, "the selection's scores reuse the dynamic smem");
   auto* kernel = &moe_route_kernel<TM, EPW>;
   if (smem > 48 * 1024) {
     // Once per device: the attribute is a property of the function on that device.
@@ -386,7 +412,8 @@ Status launch_variant(const RouteKernelArgs& p, cudaStream_t stream, bool pdl) {
 }  // namespace
 
 int moe_route_blocks(int m) {
-  return m <= kDecodeMaxTokens ? m * (kRouterExperts / 8) : (m + 7) / 8 * (kRouterExperts / 32);
+  // Decode: one more trace slot, for the last block's tail.
+  return m <= kDecodeMaxTokens ? m * (kRouterExperts / 8) + 1 : (m + 7) / 8 * (kRouterExperts / 32);
 }
 
 Status launch_moe_route(const RouteKernelArgs& p, cudaStream_t stream, bool pdl) {

@@ -39,7 +39,7 @@ struct RouteKernelArgs {
   unsigned long long* trace = nullptr;    // diagnostics: u64 [grid blocks][4] stamps (common/trace.cuh)
 };
 
-// Blocks of the router's grid for a batch of m tokens (the size of its trace).
+// Trace slots of the router for a batch of m tokens: its blocks (decode: and the last block's tail).
 int moe_route_blocks(int m);
 
 // pdl: launch as a programmatic dependent of the previous kernel in the stream (SM90; see
