@@ -602,7 +602,7 @@ Status encode_x_map(const GemmKernelArgs& a, CUtensorMap* map) {
 template <int TPW>
 Status launch_wg(const GemmKernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl, const char* name) {
   if (args.splits != 1) return internal_error("{}: no split-K (splits {})", name, args.splits);
-  WgParams wp;
+  WgParams wp{};  // MoE launches pass an all-zero tensor map they never use
   wp.g = args;
   // Dense x by TMA (the launcher guarantees a 16-byte aligned x with ldx % 8 == 0, which the
   // tensor map needs); the MoE GEMMs gather or offset their rows, so they copy x themselves.
