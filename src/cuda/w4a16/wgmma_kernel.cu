@@ -2,7 +2,7 @@
 // GEMMs on 128-row router tiles), built for sm_90a only (the warpgroup MMA instructions exist
 // nowhere else; src/cuda/CMakeLists.txt compiles this file on its own). The portable m64/m128
 // kernels (gemm_kernel.cuh) issue mma.sync, which on Hopper reaches about 0.37x of cuBLAS BF16 at
-// M = 4096; these reach 0.53-0.63x (bench/results/NOTES.md, "Prefill on wgmma"). Chosen through
+// M = 4096; these reach 0.65-0.81x (bench/results/NOTES.md, "Prefill on wgmma ..."). Chosen through
 // wgmma_supported() (common/arch.h) by choose_wgmma_config() (dense) and moe_forward().
 //
 // One block: 2 consumer warpgroups x TPW packed 64-column tiles each x 128 rows of x (wg128: TPW
@@ -17,12 +17,14 @@
 // alternates two accumulator sets by group parity, so the rescale never waits for the tensor
 // cores to drain; wg256 has registers for one set only.
 // Warp specialization: the producer warpgroup streams whole 128-k groups (x rows, weights, scales)
-// into a ring of kStages slots with cp.async and publishes each through an mbarrier (full); the
-// consumer warps release a slot through another (empty) once their wgmmas read it. The two
-// warpgroups never wait for each other (the first version shared one __syncthreads per group and
-// so drained the tensor cores together, at 0.53-0.63x cuBLAS): while one rescales and
-// dequantizes, the other's wgmmas run. No split-K, so the planner leaves grids of fewer than a
-// third of the SMs to the portable kernels.
+// into a ring of kStages slots and publishes each through an mbarrier (full); the consumer warps
+// release a slot through another (empty) once their wgmmas read it. The two consumer warpgroups
+// never wait for each other (the first version shared one __syncthreads per group and so drained
+// the tensor cores together, at 0.53-0.63x cuBLAS): while one rescales and dequantizes, the
+// other's wgmmas run. The dense GEMM's producer is one thread driving the TMA unit (x by a tensor
+// map, weights and scales by bulk copies); the MoE GEMMs' 128 producer threads use cp.async (see
+// `bulk` below). No split-K, so the planner leaves grids of fewer than an eighth of the SMs to
+// the portable kernels.
 #include <cuda.h>  // CUtensorMap and its enums (the encoder comes through the runtime: no libcuda link)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
