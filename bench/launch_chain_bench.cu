@@ -19,6 +19,7 @@
 #include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
+#include "cuda/testing/graph_timing.h"
 
 namespace {
 
@@ -44,36 +45,15 @@ __global__ void chain_kernel(const ChainArgs a) {
 
 // Median microseconds per launch of a graph of n launches (grid blocks x 256 threads).
 double time_chain(int n, int blocks, int words, bool pdl, int reps, const uint4* src, int* sink, cudaStream_t s) {
-  ChainArgs a{src, words, sink};
-  cudaGraph_t g;
-  DSV4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < n; ++i) {
+  const ChainArgs a{src, words, sink};
+  auto launch = [&](int) {
     const Status st = dsv4::cuda::launch_kernel(&chain_kernel, dim3(blocks), dim3(256), 0, s, pdl, a, "chain_kernel");
     DSV4_CHECK(st.is_ok(), "{}", st.to_string());
-  }
-  DSV4_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  cudaGraphExec_t ge;
-  DSV4_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t e0, e1;
-  DSV4_CUDA_CHECK(cudaEventCreate(&e0));
-  DSV4_CUDA_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(ge, s));  // warm-up
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    DSV4_CUDA_CHECK(cudaEventRecord(e0, s));
-    DSV4_CUDA_CHECK(cudaGraphLaunch(ge, s));
-    DSV4_CUDA_CHECK(cudaEventRecord(e1, s));
-    DSV4_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    DSV4_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  DSV4_CUDA_CHECK(cudaEventDestroy(e0));
-  DSV4_CUDA_CHECK(cudaEventDestroy(e1));
-  DSV4_CUDA_CHECK(cudaGraphExecDestroy(ge));
-  DSV4_CUDA_CHECK(cudaGraphDestroy(g));
-  return double(ms[ms.size() / 2]) * 1000.0 / n;
+  };
+  dsv4::Result<std::vector<double>> us = dsv4::cuda::testing::time_graph_calls(s, n, launch, /*warmup=*/3, reps);
+  DSV4_CHECK(us.is_ok(), "{}", us.status().to_string());
+  std::sort(us->begin(), us->end());
+  return (*us)[us->size() / 2];
 }
 
 }  // namespace

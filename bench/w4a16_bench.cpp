@@ -27,6 +27,7 @@
 #include "cuda/common/device_buffer.h"
 #include "cuda/moe/moe.h"
 #include "cuda/testing/bandwidth.h"
+#include "cuda/testing/graph_timing.h"
 #include "cuda/testing/random_gptq.h"
 #include "cuda/w4a16/gemm_internal.h"  // lab: forced decode launches
 #include "cuda/w4a16/w4a16.h"
@@ -66,32 +67,9 @@ double time_graph(cudaStream_t s, int calls, const std::function<void(int)>& bod
     CK(cudaStreamSynchronize(s));
     return 1.0;
   }
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < calls; ++i) body(i);
-  CK(cudaStreamEndCapture(s, &graph));
-  CK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int w = 0; w < 2; ++w) CK(cudaGraphLaunch(exec, s));
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(e0, s));
-    CK(cudaGraphLaunch(exec, s));
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    t.push_back(double(ms) * 1000.0 / calls);
-  }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  CK(cudaGraphExecDestroy(exec));
-  CK(cudaGraphDestroy(graph));
-  CK(cudaGetLastError());
-  return median(t);
+  Result<std::vector<double>> t = testing::time_graph_calls(s, calls, body, /*warmup=*/2, reps);
+  DSV4_CHECK(t.is_ok(), "{}", t.status().to_string());
+  return median(*t);
 }
 
 struct Shape {
