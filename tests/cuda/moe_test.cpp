@@ -460,6 +460,15 @@ TEST(MoeForwardDiagnostic, FourAndSixteenRowTilesMatchReference) {
   const Status st = moe_forward(s.weights(false), a, s.ws, nullptr, &d);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.message().find("4-row tiles"), std::string::npos) << st.to_string();
+  // A timeline trace too small for the three launches' blocks: refused, not written past.
+  DeviceBuffer trace = device_alloc(size_t(kMoeTracePoints) * 8);
+  MoeDiagnosticLaunches small;
+  small.force_configs = false;
+  small.trace = trace.as<unsigned long long>();
+  small.trace_capacity = 1;
+  const Status st_trace = moe_forward(s.weights(false), moe_args(dx, dy, 1), s.ws, nullptr, &small);
+  EXPECT_EQ(st_trace.code(), StatusCode::kInvalidArgument) << st_trace.to_string();
+  EXPECT_NE(st_trace.message().find("trace needs"), std::string::npos) << st_trace.to_string();
 }
 
 // Prefill-sized batches (128-row router tiles): the portable tiled kernel and, on SM90, both

@@ -228,6 +228,9 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   unsigned long long* const trace = diag != nullptr ? diag->trace : nullptr;
   const int route_blocks = moe_route_blocks(m);
   const int up_blocks = int(up.grid.x * up.grid.y * up.grid.z), down_blocks = int(down.grid.x * down.grid.y * down.grid.z);
+  if (trace != nullptr && int64_t(route_blocks) + up_blocks + down_blocks > diag->trace_capacity)
+    return invalid_argument("moe_forward: the trace needs {} blocks of stamps, it holds {}",
+                            int64_t(route_blocks) + up_blocks + down_blocks, diag->trace_capacity);
   if (trace != nullptr && diag->trace_blocks != nullptr) {
     diag->trace_blocks[0] = route_blocks;
     diag->trace_blocks[1] = up_blocks;

@@ -71,8 +71,10 @@ struct MoeDiagnosticLaunches {
   bool force_configs = true;  // false: the heuristics' GEMM launches (for a breakdown of them)
   // Timeline: per-block stamps (common/trace.cuh; decode GEMM kernels and the router) of the
   // launches at trace, router blocks first, then gate/up's, then down's; the block count of each
-  // launch goes to trace_blocks[0..2]. Null: no stamps.
+  // launch goes to trace_blocks[0..2]. Null: no stamps. trace holds trace_capacity blocks of
+  // kMoeTracePoints stamps; a call that needs more is refused.
   unsigned long long* trace = nullptr;
+  int64_t trace_capacity = 0;
   int* trace_blocks = nullptr;
 };
 

@@ -74,7 +74,7 @@ std::optional<GemmConfig> choose_wgmma_config(int m, int n, int n_sms) {
   // Between the two widths, the one with fewer full-GPU waves, a wave of wg256 blocks costing
   // ~1.9 waves of wg128 blocks since the producer copies by TMA (same log, M = 4096: wq_b 572 vs
   // 637 us in 32 vs 63 waves, wo_b 483 vs 493 in 4 vs 8, wq_a+wkv 115 vs 88 in 2 vs 3, wkv 56 vs
-  // 34 in one wave each; M = 1024: wo_b 108 vs 109 in 1 vs 2, idx_wq_b 36 vs 41 in 4 vs 4).
+  // 34 in one wave each; M = 1024: wo_b 108 vs 109 in 1 vs 2, idx_wq_b 36 vs 41 in 2 vs 4).
   const int64_t row_blocks = (int64_t(m) + 127) / 128;
   const int64_t blocks128 = row_blocks * ((n + 127) / 128), blocks256 = row_blocks * ((n + 255) / 256);
   if (m <= 64 || 8 * blocks128 < n_sms) return std::nullopt;
