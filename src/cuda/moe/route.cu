@@ -49,9 +49,9 @@ __device__ __forceinline__ unsigned ordered_key(float f) {
 // scores[t][0, 256) and scores[t][256, 512). Spread over the block so that the selection warps
 // below find them ready: on one warp (8 experts per lane) this was the longest serial step of a
 // decode MoE layer (bench/results/NOTES.md, "MoE decode timeline").
-__device__ void expert_scores(const RouteKernelArgs& p, int tok0, int n, float* scores) {
+// b: this thread's bias (0 without one), loaded at the kernel's start.
+__device__ void expert_scores(const RouteKernelArgs& p, int tok0, int n, float b, float* scores) {
   const int e = threadIdx.x;
-  const float b = p.bias != nullptr ? p.bias[e] : 0.0f;
 #pragma unroll 1
   for (int t = 0; t < n; t += 2) {
     float l[2];
@@ -241,6 +241,8 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
   const uint4* xs = reinterpret_cast<const uint4*>(smem);  // bf16 [TM][hidden]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   trace_stamp(p.trace, 0);
+  // The selection's bias of expert tid (a weight: loaded before the wait, off the serial tail).
+  const float bias_e = p.bias != nullptr ? __ldg(p.bias + tid) : 0.0f;
   if constexpr (TM == 1) {
     // Decode: the block's 8 EPW router rows go to smem through cp.async, every request in flight
     // at once (one DRAM round trip); they do not depend on the previous kernel.
@@ -257,11 +259,17 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
   const int n_tok = min(TM, p.m - tok0);
   constexpr int cpr = kRouterHidden / 8;  // 16-byte chunks per row
 
-  for (int i = tid; i < TM * cpr; i += kThreads) {
-    const int t = i / cpr, c = i % cpr;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (t < n_tok) v = *reinterpret_cast<const uint4*>(p.x + int64_t(tok0 + t) * p.ldx + c * 8);
-    reinterpret_cast<uint4*>(smem)[i] = v;
+  static_assert(TM * cpr % (2 * kThreads) == 0, "x is staged two chunks per thread at a time");
+  for (int i0 = tid; i0 < TM * cpr; i0 += 2 * kThreads) {
+    uint4 v[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {  // both loads in flight before either store
+      const int i = i0 + u * kThreads, t = i / cpr, c = i % cpr;
+      v[u] = make_uint4(0, 0, 0, 0);
+      if (t < n_tok) v[u] = *reinterpret_cast<const uint4*>(p.x + int64_t(tok0 + t) * p.ldx + c * 8);
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) reinterpret_cast<uint4*>(smem)[i0 + u * kThreads] = v[u];
   }
   __syncthreads();
 
@@ -350,7 +358,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     trace_stamp(p.trace, 1, tail);
     // The scores go where x and the router rows were (every thread passed the barrier above).
     float* scores = reinterpret_cast<float*>(smem);  // [m][512]
-    expert_scores(p, 0, p.m, scores);
+    expert_scores(p, 0, p.m, bias_e, scores);
     for (int tok = warp; tok < p.m; tok += kThreads / 32) select_experts(p, tok, lane, scores + tok * 512, s_ids, s_w);
     __syncthreads();
     trace_stamp(p.trace, 2, tail);
@@ -368,7 +376,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     if (!s_flag) return;
     __threadfence();
     float* scores = reinterpret_cast<float*>(smem);  // [n_tok][512], where x was
-    expert_scores(p, tok0, n_tok, scores);
+    expert_scores(p, tok0, n_tok, bias_e, scores);
     if (warp < n_tok) select_experts(p, tok0 + warp, lane, scores + warp * 512);
 
     // The last token tile groups every pair.
