@@ -300,10 +300,6 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.c = ws.down_.as<__nv_bfloat16>();
   g.ldc = hidden;
   g.combine_counters = ws.combine_counters_;
-  // Decode: the down blocks launch while gate/up streams and wait for it; the weights past their
-  // rings go to L2 meanwhile when the whole GEMM's weights fit there (M = 1 on the H200: 7
-  // experts, 29 MB of 60; never on a 6 MB SM86 L2, where they would be evicted before use).
-  g.l2_prefetch_rest = decode && routed_experts * down_bytes <= double(dev->l2_bytes);
   g.y = a.y;
   g.ldy = a.ldy;
   g.trace = trace != nullptr ? trace + int64_t(kTracePoints) * (route_blocks + up_blocks) : nullptr;

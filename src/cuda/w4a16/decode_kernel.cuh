@@ -159,16 +159,6 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
     if (i < n_items) issue(i, i);
     cp_async_commit();
   }
-  // MoE down at decode: its blocks wait for the gate/up GEMM for up to ~15 us holding a ring of
-  // their weights; the rest goes to L2 meanwhile, so after the wait they stream from L2.
-  if (p.l2_prefetch_rest) {
-#pragma unroll 1
-    for (int i = stages; i < n_items; ++i) {
-      const int g = g_begin + wk + i * WK;
-      prefetch_l2(w_tile + int64_t(g) * 256 + lane * 8);  // 4 KB: a line per lane
-      if (lane == 0) prefetch_l2(s_tile + g * 64);
-    }
-  }
 
   // A depends on the previous kernel (dense: x; down: act). The gate/up GEMM's routed blocks
   // waited above; its shared-expert blocks read only x, which is complete because the router

@@ -63,8 +63,6 @@ struct GemmKernelArgs {
                                      // experts by increasing id, then the shared expert
   int pairs_per_token = 0;
   int* combine_counters = nullptr;   // i32 [M, grid.x], zero between launches
-  bool l2_prefetch_rest = false;     // kMoeDown, decode kernels: before the PDL wait, ask L2 for the
-                                     // groups past the ring (moe.cu decides: they must fit in L2)
   __nv_bfloat16* y = nullptr;        // kMoeDown: bf16 [M, N] final output, row stride ldy
   int64_t ldy = 0;
   float swiglu_limit = 10.0f;

@@ -66,11 +66,6 @@ inline constexpr float kCodeOffset = 136.0f;  // 128 (magic exponent) + 8 (GPTQ 
 // coherent, and a co-resident block of another grid may have cached an older copy).
 __device__ __forceinline__ uint4 ld_cg_v4(const void* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
 
-// Asks L2 for the 128-byte line at p (no register, no smem: a fire-and-forget DRAM read).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
-
 // Spins until another grid's release store makes *flag nonzero (acquire: its earlier writes are
 // visible after this returns).
 __device__ __forceinline__ void spin_until_set(const int* flag) {
