@@ -33,20 +33,6 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
-// The two halves of pdl_wait(), for the few kernels that must do something between them (the
-// MoE router resets its ready flag before its dependents may look at it) or that wait on a flag
-// instead (the MoE gate/up GEMM's routed blocks: moe/moe.h).
-__device__ __forceinline__ void pdl_wait_only() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
 // Launches kernel<<<grid, block, smem, stream>>>(arg), as a programmatic dependent of the
 // previous kernel in the stream when pdl is set, in thread-block clusters of (1, cluster_y, 1)
 // blocks when cluster_y > 1 (SM90; the caller checks clusters_supported()).

@@ -69,7 +69,7 @@ Result<MoeWorkspace> MoeWorkspace::create(int max_tokens, int hidden, int inter,
   DSV4_ASSIGN_OR_RETURN(ws.act_, DeviceBuffer::create(pairs * inter * 2));
   DSV4_ASSIGN_OR_RETURN(ws.down_, DeviceBuffer::create(pairs * hidden * 2));
   DSV4_ASSIGN_OR_RETURN(ws.partials_, DeviceBuffer::create(kPartialBytes));
-  // One zeroed allocation for every counter: n_tiles, route done, routed ready, route tile counters [m],
+  // One zeroed allocation for every counter: n_tiles, route done, route tile counters [m],
   // combine counters [m, hidden / 64], split-K tile counters [max_tiles, max(2 inter, hidden) / 64].
   const size_t n_combine = m * (hidden / 64);
   ws.n_gemm_counters_ = ws.max_tiles_ * (std::max(2 * inter, hidden) / 64);
@@ -80,7 +80,6 @@ Result<MoeWorkspace> MoeWorkspace::create(int max_tokens, int hidden, int inter,
   char* base = ws.counters_.as<char>();
   ws.n_tiles_ = reinterpret_cast<int*>(base);
   ws.route_done_ = reinterpret_cast<int*>(base) + 1;
-  ws.routed_ready_ = reinterpret_cast<int*>(base) + 2;
   ws.route_tile_counters_ = reinterpret_cast<int*>(base + off_tile);
   ws.combine_counters_ = reinterpret_cast<int*>(base + off_combine);
   ws.gemm_counters_ = reinterpret_cast<int*>(base + off_gemm);
@@ -221,7 +220,6 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   r.topk_w = ws.topk_w_.as<float>();
   r.tile_counters = ws.route_tile_counters_;
   r.done_counter = ws.route_done_;
-  r.routed_ready = ws.routed_ready_;
   r.tiles = ws.tiles_.as<int4>();
   r.n_tiles = ws.n_tiles_;
   r.sorted_token = ws.sorted_token_.as<int>();
@@ -255,7 +253,6 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.sorted_token = ws.sorted_token_.as<int>();
   g.sorted_weight = ws.sorted_weight_.as<float>();
   g.token_pairs = ws.token_pairs_.as<int>();
-  g.routed_ready = ws.routed_ready_;  // read by the gate/up decode kernels' routed blocks only
   g.pairs_per_token = top_k + 1;
   g.shared_expert = kRouterExperts;
   g.partials = ws.partials_.as<float>();

@@ -3,9 +3,7 @@
 // clamped SwiGLU and routing weight fused, and the down GEMM with the sum over the top-k experts
 // and the shared expert fused. Three launches, no host synchronization, launch shapes fixed by
 // the batch size: graph-safe. With PDL (SM90) the shared expert's gate/up tiles run alongside the
-// router; the routed tiles start on a flag the router raises once the tile list is written (not
-// on the router grid's exit); the down GEMM prefetches its routed experts' weights while gate/up
-// finishes. All experts stay resident; the caller owns weights and workspace.
+// router, and the down GEMM prefetches its routed experts' weights while gate/up finishes. All experts stay resident; the caller owns weights and workspace.
 //
 // Numerics (the engine's CPU reference semantics): logits = fp32(x) . fp32(gate_w)^T;
 // s = sqrt(softplus(logit)); hash layers take experts tid2eid[token], score layers the top-k of
@@ -100,10 +98,9 @@ class MoeWorkspace {
   int max_tokens_ = 0, hidden_ = 0, inter_ = 0, n_experts_ = 0, top_k_ = 0, max_tiles_ = 0;
   DeviceBuffer logits_, topk_ids_, topk_w_, token_pairs_, sorted_token_, sorted_weight_, tiles_;
   DeviceBuffer act_, down_, partials_;
-  DeviceBuffer counters_;  // zeroed: n_tiles, route done, routed ready, route tile counters, combine, split-K
+  DeviceBuffer counters_;  // zeroed: n_tiles, route done, route tile counters, combine, split-K
   int* n_tiles_ = nullptr;
   int* route_done_ = nullptr;
-  int* routed_ready_ = nullptr;
   int* route_tile_counters_ = nullptr;
   int* combine_counters_ = nullptr;
   int* gemm_counters_ = nullptr;

@@ -233,14 +233,6 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
   }
 }
 
-// Raises the routed-ready flag after the grouping: every thread's tile-list writes reach the GPU
-// scope before thread 0's release store.
-__device__ void publish_routed(const RouteKernelArgs& p) {
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p.routed_ready), "r"(1) : "memory");
-}
-
 // TM tokens per block (x rows staged in smem), EPW experts per warp, 8 warps.
 template <int TM, int EPW>
 __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelArgs p) {
@@ -260,19 +252,8 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     for (int i = tid; i < kChunks; i += kThreads)
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(wdst + i * 16), "l"(wsrc + i));
   }
-  pdl_wait_only();  // x comes from the previous kernel
-  if (blockIdx.x == 0 && blockIdx.y == 0) {
-    // The last call's gate/up blocks are done with the flag (every kernel in between waited), so
-    // it goes back to 0 here, before our dependents launch: they must not see the old 1.
-    if (tid == 0) {
-      *p.routed_ready = 0;
-      __threadfence();
-    }
-    __syncthreads();
-  }
-  // Our dependents launch only from here: the gate/up GEMM's shared-expert blocks read x without
-  // waiting for us.
-  pdl_launch_dependents();
+  pdl_wait();  // x comes from the previous kernel (and our dependents launch only from here:
+               // the gate/up GEMM's shared-expert blocks read x without waiting for us)
   trace_stamp(p.trace, 1);
   const int tok0 = blockIdx.x * TM;
   const int n_tok = min(TM, p.m - tok0);
@@ -382,7 +363,6 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     __syncthreads();
     trace_stamp(p.trace, 2, tail);
     group_pairs<true>(p, s_ids, s_w);
-    publish_routed(p);
     trace_stamp(p.trace, 3, tail);
     trace_stamp(p.trace, 3);
   } else {
@@ -411,7 +391,6 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     if (!s_flag) return;
     __threadfence();
     group_pairs<false>(p, p.topk_ids, p.topk_w);
-    publish_routed(p);
   }
 }
 

@@ -31,10 +31,6 @@ struct RouteKernelArgs {
   float* topk_w = nullptr;                // f32 [M, top_k]
   int* tile_counters = nullptr;           // i32 [M] zero
   int* done_counter = nullptr;            // i32 [1] zero
-  // i32 [1]: 0 from the first block's wait until the tile list below is written, then 1. The
-  // gate/up GEMM's routed blocks spin on it instead of waiting for this grid to complete (the
-  // release of PDL dependents after a grid's exit took ~1.8 us: bench/results/NOTES.md).
-  int* routed_ready = nullptr;
   int4* tiles = nullptr;                  // out: (expert, first sorted row, rows, 0) of routed experts
   int* n_tiles = nullptr;                 // out: i32 [1], routed tiles (the shared expert's are static)
   int* sorted_token = nullptr;            // out: i32 [M (top_k + 1)]

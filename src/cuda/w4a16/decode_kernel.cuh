@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   // waited (pdl_wait triggers the dependents) or exited, so it may read the tile list before its
   // own wait (the router has completed by then).
   int expert = 0, row_begin = 0, rows = 0;
-  bool shared_tile = false, deferred_wait = false;
+  bool shared_tile = false;
   if (p.mode == GemmMode::kDense) {
     row_begin = z * T::kBM;
     rows = min(T::kBM, p.m - row_begin);
@@ -94,19 +94,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
     row_begin = p.shared_row0 + z * p.shared_tile_rows;
     rows = min(p.shared_tile_rows, p.m - z * p.shared_tile_rows);
   } else {
-    if (p.mode == GemmMode::kMoeUp) {
-      if (p.routed_ready != nullptr) {
-        // The router raises its flag as soon as the tile list is written, ~1.8 us before its
-        // grid's exit would release a PDL wait. The wait itself comes after the main loop, so
-        // that this grid still completes only after the router.
-        if (tid == 0) spin_until_set(p.routed_ready);
-        __syncthreads();
-        pdl_launch_dependents();
-        deferred_wait = true;
-      } else {
-        pdl_wait();
-      }
-    }
+    if (p.mode == GemmMode::kMoeUp) pdl_wait();
     const int t = z - p.n_shared_tiles;
     // Fixed grid for a batch size; fewer tiles this step. In the down GEMM these blocks exit
     // without waiting (waiting would park them on SMs the running gate/up GEMM needs): the grid
@@ -274,7 +262,6 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   cp_async_wait<0>();
   __syncthreads();  // ring and A are free from here on
   trace_stamp(p.trace, 2);
-  if (deferred_wait) pdl_wait_only();  // long met: the router raised its flag before it exited
 
   // The WK warps of a tile: add into the wk == 0 warp, in wk order.
   if constexpr (WK > 1) {

@@ -55,8 +55,6 @@ struct GemmKernelArgs {
                                      // rows, <= BM); the tiled kernels use BM (block rows == BM)
   const int4* tiles = nullptr;       // i32x4 [max_tiles]: expert, first sorted row, rows, unused
   const int* n_tiles = nullptr;      // i32 [1]: valid entries of tiles (blocks past it exit)
-  const int* routed_ready = nullptr; // kMoeUp, decode kernels: the router's flag (moe/route.h);
-                                     // routed blocks spin on it. Null: they wait for the router grid
   const int* sorted_token = nullptr; // i32 [pairs]: token of each sorted row
   const float* sorted_weight = nullptr;  // f32 [pairs]: routing weight of each sorted row
   const int* token_pairs = nullptr;  // i32 [M, pairs_per_token]: sorted rows of a token, routed
