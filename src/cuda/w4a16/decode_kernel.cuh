@@ -72,6 +72,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   __shared__ int s_last;
   __shared__ int s_row_token[T::kBM];
   __shared__ int64_t s_arow[T::kBM];  // element offset of A row r in p.a
+  __shared__ __align__(8) uint64_t s_bar[T::kWarps * kDecodeMaxStages];  // SM90: slot mbarriers
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wk = warp % WK, wn = warp / WK;
@@ -133,19 +134,57 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   const uint4* w_tile = wbase + int64_t(min(nt, n_tiles64 - 1)) * (p.k >> 4) * 32;
   const __half* s_tile = sbase + int64_t(min(nt, n_tiles64 - 1)) * kg * 64;
   // Item i of this warp: group g_begin + wk + i WK: 8 k16 slices x 32 lanes x 16 bytes, then
-  // the 64 scales of the group.
+  // the 64 scales of the group; both contiguous in global memory and in the slot.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // SM90: lane 0 moves a slot with two bulk copies that complete on the slot's mbarrier, instead
+  // of 9 cp.async per lane whose completion the SM tracks request by request.
+  constexpr bool kBulk = true;
+  const uint32_t bar0 = smem_u32(s_bar) + warp * kDecodeMaxStages * 8;  // this warp's slot barriers
+  if (lane == 0) {
+    for (int i = 0; i < stages; ++i) mbar_init(bar0 + i * 8, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
+  }
+  __syncwarp();
+#else
+  constexpr bool kBulk = false;
+  const uint32_t bar0 = 0;
+#endif
+  uint32_t phases = 0;  // bulk: bit s = parity of slot s's next phase
   auto issue = [&](int item, int slot) {
     const int g = g_begin + wk + item * WK;
-    const uint4* src = w_tile + int64_t(g) * 256 + lane;
-    const uint32_t dst = smem_base + ring_off + slot * kDecodeSlotBytes + lane * 16;
+    const uint32_t dst = smem_base + ring_off + slot * kDecodeSlotBytes;
+    if constexpr (kBulk) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      if (lane == 0) {
+        const uint32_t bar = bar0 + slot * 8;
+        mbar_arrive_expect_tx(bar, kDecodeSlotBytes);
+        bulk_g2s(dst, w_tile + int64_t(g) * 256, 4096, bar);
+        bulk_g2s(dst + 4096, s_tile + g * 64, 128, bar);
+      }
+#endif
+    } else {
+      const uint4* src = w_tile + int64_t(g) * 256 + lane;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) cp_async16(dst + j * 512, src + j * 32, true);
-    if (lane < 8) cp_async16(smem_base + ring_off + slot * kDecodeSlotBytes + 4096 + lane * 16, s_tile + g * 64 + lane * 8, true);
+      for (int j = 0; j < 8; ++j) cp_async16(dst + lane * 16 + j * 512, src + j * 32, true);
+      if (lane < 8) cp_async16(dst + 4096 + lane * 16, s_tile + g * 64 + lane * 8, true);
+    }
+  };
+  // The slot of item i has landed (cp.async: the later items' groups may still be in flight).
+  auto wait_slot = [&](int slot) {
+    if constexpr (kBulk) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      mbar_wait(bar0 + slot * 8, (phases >> slot) & 1u);
+      phases ^= 1u << slot;
+#endif
+    } else {
+      cp_async_wait_upto(stages - 1);
+      __syncwarp();
+    }
   };
   // Prologue: one commit group per slot (empty past the warp's items), before the dependency.
   for (int i = 0; i < stages; ++i) {
     if (i < n_items) issue(i, i);
-    cp_async_commit();
+    if constexpr (!kBulk) cp_async_commit();
   }
 
   // A depends on the previous kernel (dense: x; down: act). The gate/up GEMM's routed blocks
@@ -208,8 +247,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
 
   int slot = 0;
   for (int i = 0; i < n_items; ++i) {
-    cp_async_wait_upto(stages - 1);  // item i's group has landed (the later ones may not)
-    __syncwarp();
+    wait_slot(slot);
     const unsigned char* sl = smem + ring_off + slot * kDecodeSlotBytes;
     const uint4* bq = reinterpret_cast<const uint4*>(sl);
     const int gl = wk + i * WK;  // group within the block's range (A column block)
@@ -256,7 +294,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
           acc[f][s][e] = fmaf(sc[2 * s + (e & 1)], fmaf(-kCodeOffset, rs[f][e], gacc[f][s][e]), acc[f][s][e]);
     __syncwarp();  // every lane is done with the slot before it is refilled
     if (i + stages < n_items) issue(i + stages, slot);
-    cp_async_commit();
+    if constexpr (!kBulk) cp_async_commit();
     slot = slot + 1 == stages ? 0 : slot + 1;
   }
   cp_async_wait<0>();
