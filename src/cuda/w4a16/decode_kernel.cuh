@@ -72,7 +72,9 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   __shared__ int s_last;
   __shared__ int s_row_token[T::kBM];
   __shared__ int64_t s_arow[T::kBM];  // element offset of A row r in p.a
-  __shared__ __align__(8) uint64_t s_bar[T::kWarps * kDecodeMaxStages];  // SM90: slot mbarriers
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ __align__(8) uint64_t s_bar[T::kWarps * kDecodeMaxStages];  // the warps' slot mbarriers
+#endif
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wk = warp % WK, wn = warp / WK;
@@ -145,11 +147,10 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
   }
   __syncwarp();
+  uint32_t phases = 0;  // bit s: parity of slot s's next phase
 #else
   constexpr bool kBulk = false;
-  const uint32_t bar0 = 0;
 #endif
-  uint32_t phases = 0;  // bulk: bit s = parity of slot s's next phase
   auto issue = [&](int item, int slot) {
     const int g = g_begin + wk + item * WK;
     const uint32_t dst = smem_base + ring_off + slot * kDecodeSlotBytes;
