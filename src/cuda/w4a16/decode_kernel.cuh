@@ -5,9 +5,12 @@
 // per SM and how few instructions each weight byte costs, not arithmetic. So:
 //   - A block is 8 warps: WN along N (one 64-column tile each) x WK along K. Warp (wn, wk) owns
 //     the 128-k groups wk, wk + WK, ... of the block's K range for its tile and streams them
-//     through its own cp.async ring of `stages` slots of one group (4 KB of codes + 128 B of
-//     scales). Warps never wait for each other inside the K loop (only __syncwarp), so a warp
-//     whose data arrived computes while the others' requests are in flight.
+//     through its own ring of `stages` slots of one group (4 KB of codes + 128 B of scales):
+//     cp.async (9 per lane per group) on SM80/86; on SM90 two bulk copies from lane 0 that
+//     complete on the slot's mbarrier (wq_b at M = 1: 7.77 -> 7.0 us, wo_b 10.2 -> 9.3 on the
+//     H200, bench/results/w4a16_h200_bulk_ab.log). Warps never wait for each other inside the K
+//     loop (only __syncwarp), so a warp whose data arrived computes while the others' requests
+//     are in flight.
 //   - The weights of the first `stages` groups are requested before the PDL wait (they do not
 //     depend on the previous kernel); the A block (tile rows x the block's K range, bf16) is
 //     staged once in smem after it and shared by all warps.
@@ -19,7 +22,9 @@
 //     of sums about 30x larger than the result (~1e-6 relative; the output is bf16).
 //   - The WK warps of a tile add their sums through smem in wk order; split-K over blocks
 //     (grid.y) and the epilogues (GemmMode) are as in the tiled kernel: fp32 partials, the last
-//     block to arrive adds them in split order (deterministic).
+//     block to arrive adds them in split order (deterministic). Dense tiles of >= 8 rows in a
+//     grid that is resident whole are added by all their split blocks instead, each its share
+//     (spread_split_sum), in the same order; SM90 clusters add them through DSMEM.
 // Rows of the 16-row mma tile past the tile's rows read a copy of the last row (ldmatrix
 // addresses clamped) and are never stored: A needs smem for the real rows only.
 #pragma once
