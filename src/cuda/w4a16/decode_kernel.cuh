@@ -69,54 +69,6 @@ __device__ __forceinline__ void cp_async_wait_upto(int pending) {
   }
 }
 
-// Split-K of a dense tile of `rows` x kBN (kBN / 4 float4 per row), partials at part[split]: once
-// all splits have arrived, split `split` adds its share of the tile's float4 positions over the
-// splits in order 0, 1, ... (the same bits as the last-block sum) and stores it as bf16. At
-// M = 16 the last block alone read 8 x 16 KB of partials; now every split block reads 1/8 of it.
-// Counter: each block adds 1 on arrival and 1 when done; the last of those 2 x splits adds
-// resets it.
-template <int kBM, int kBN, int kThreads>
-__device__ void spread_split_sum(const GemmKernelArgs& p, const float* part, int tile_id, int split, int rows,
-                                 int row_begin, int col0) {
-  constexpr int kC4 = kBN / 4;
-  constexpr int64_t kStride = int64_t(kBM) * kBN / 4;  // float4 per split's partial tile
-  const int tid = threadIdx.x;
-  if (tid == 0) {
-    atomicAdd(&p.counters[tile_id], 1);
-    spin_until_at_least(&p.counters[tile_id], p.splits);
-  }
-  __syncthreads();
-  const int total = rows * kC4;
-  const int lo = int(int64_t(split) * total / p.splits), hi = int(int64_t(split + 1) * total / p.splits);
-  for (int idx = lo + tid; idx < hi; idx += kThreads) {
-    const int r = idx / kC4, c = col0 + (idx % kC4) * 4;
-    const float4* src = reinterpret_cast<const float4*>(part) + idx;
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-    constexpr int kBatch = 8;  // every load of a batch in flight before the first add
-    for (int sp = 0; sp < p.splits; sp += kBatch) {
-      float4 v[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u)
-        if (sp + u < p.splits) v[u] = __ldcg(src + (sp + u) * kStride);
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u)
-        if (sp + u < p.splits) {
-          sum.x += v[u].x;
-          sum.y += v[u].y;
-          sum.z += v[u].z;
-          sum.w += v[u].w;
-        }
-    }
-    if (c < p.n) {
-      uint32_t* out = reinterpret_cast<uint32_t*>(p.c + int64_t(row_begin + r) * p.ldc + c);
-      out[0] = pack_bf16x2(sum.x, sum.y);
-      out[1] = pack_bf16x2(sum.z, sum.w);
-    }
-  }
-  __syncthreads();  // every thread's reads are done before this block counts itself out
-  if (tid == 0 && atomicAdd(&p.counters[tile_id], 1) == 2 * p.splits - 1) atomicExch(&p.counters[tile_id], 0);
-}
-
 template <int FM, int WN, int WK>
 __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBlocks)
     w4a16_decode_kernel(const GemmKernelArgs p) {
@@ -460,11 +412,6 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
     store_acc(part + int64_t(split) * (T::kBM * T::kBN));
     __threadfence();
     __syncthreads();
-    if (p.spread_sum && rows >= 8) {
-      spread_split_sum<T::kBM, T::kBN, T::kThreads>(p, part, tile_id, split, rows, row_begin, nb * T::kBN);
-      trace_stamp(p.trace, 3);
-      return;
-    }
     if (tid == 0) {
       const int old = atomicAdd(&p.counters[tile_id], 1);
       s_last = (old == p.splits - 1);

@@ -400,11 +400,6 @@ Status launch_dense(const W4A16GemmArgs& a, const GemmLaunch& l, const W4A16Work
   p.ldc = a.ldy;
   p.partials = ws.partials;
   p.counters = ws.counters;
-  if (ci.decode && l.splits > 1 && !l.cluster) {
-    DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
-    const int64_t blocks = int64_t(l.grid.x) * l.grid.y * l.grid.z;
-    p.spread_sum = blocks <= int64_t(dev->n_sms) * decode_blocks_per_sm(ci, l.smem, *dev);
-  }
   return launch_gemm(l.cfg, p, l.grid, l.smem, stream, l.pdl);
 }
 

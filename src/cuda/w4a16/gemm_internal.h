@@ -46,11 +46,6 @@ struct GemmKernelArgs {
   int64_t ldc = 0;
   float* partials = nullptr;         // f32 [tiles][splits][BM][BN] when splits > 1
   int* counters = nullptr;           // i32 [tiles], zero between launches
-  // kDense decode split-K through global partials: tiles of >= 8 rows are added by all their
-  // split blocks, each its share, once every split has published (instead of the last block
-  // alone). They wait for each other, so the launcher sets it only when the whole grid fits on
-  // the GPU at once.
-  bool spread_sum = false;
   // MoE (null for kDense). grid.z = n_shared_tiles static tiles of the shared expert (rows
   // shared_row0 + BM z .., token = row - shared_row0, weight 1: known before routing), then the
   // router's tiles of routed experts.

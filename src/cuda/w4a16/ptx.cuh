@@ -66,15 +66,6 @@ inline constexpr float kCodeOffset = 136.0f;  // 128 (magic exponent) + 8 (GPTQ 
 // coherent, and a co-resident block of another grid may have cached an older copy).
 __device__ __forceinline__ uint4 ld_cg_v4(const void* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
 
-// Spins until *counter >= target (acquire: what the incrementing blocks wrote before their
-// release is visible after this returns).
-__device__ __forceinline__ void spin_until_at_least(const int* counter, int target) {
-  int v;
-  do {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
-  } while (v < target);
-}
-
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // SM90 thread-block clusters: a barrier over every thread of the cluster (writes before it are
