@@ -118,7 +118,7 @@ struct W4A16GemmPlan {
   int config = 0;  // index into the kernel configurations (w4a16_config_name)
   int block_m = 0, block_n = 0;
   int splits = 1;  // split-K factor
-  int stages = 0;  // decode configurations: cp.async ring slots per warp
+  int stages = 0;  // decode configurations: ring slots per warp (one 128-k group each)
   int grid_x = 0, grid_y = 0, grid_z = 0;
   int smem_bytes = 0;  // dynamic shared memory per block
   bool pdl = false;    // launched as a programmatic dependent (SM90)
