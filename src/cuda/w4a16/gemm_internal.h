@@ -69,8 +69,8 @@ struct GemmKernelArgs {
 };
 
 // Kernel configurations. The decode family (decode_kernel.cuh, up to 32 rows) gives every warp
-// its own ring (cp.async; SM90: bulk copies) of whole 128-k groups of one 64-column tile, warps WN along N and WK
-// along K; the tiled family (gemm_kernel.cuh) is the prefill GEMM.
+// its own ring (cp.async; SM90: bulk copies) of whole 128-k groups of one 64-column tile, warps
+// WN along N and WK along K; the tiled family (gemm_kernel.cuh) is the prefill GEMM.
 enum class GemmConfig : int {
   kD16N64 = 0,   // decode: BM 16, BN 64, 8 warps (1 x 8 along K)
   kD16N128 = 1,  // decode: BM 16, BN 128, 8 warps (2 x 4)
