@@ -22,9 +22,10 @@
 //     of sums about 30x larger than the result (~1e-6 relative; the output is bf16).
 //   - The WK warps of a tile add their sums through smem in wk order; split-K over blocks
 //     (grid.y) and the epilogues (GemmMode) are as in the tiled kernel: fp32 partials, the last
-//     block to arrive adds them in split order (deterministic). Dense tiles of >= 8 rows in a
-//     grid that is resident whole are added by all their split blocks instead, each its share
-//     (spread_split_sum), in the same order; SM90 clusters add them through DSMEM.
+//     block to arrive adds them in split order (deterministic); where the measured table asks
+//     for it, an SM90 cluster of the splits adds them through DSMEM instead. The kernel sits at
+//     the 128-register bound of two blocks per SM, and the build fails on any spill
+//     (src/cuda/CMakeLists.txt): a spread sum by all split blocks spilled and slowed every launch.
 // Rows of the 16-row mma tile past the tile's rows read a copy of the last row (ldmatrix
 // addresses clamped) and are never stored: A needs smem for the real rows only.
 #pragma once
