@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   const uint32_t bar0 = smem_u32(s_bar) + warp * kDecodeMaxStages * 8;  // this warp's slot barriers
   if (lane == 0) {
     for (int i = 0; i < stages; ++i) mbar_init(bar0 + i * 8, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
+    fence_mbarrier_init();
   }
   __syncwarp();
   uint32_t phases = 0;  // bit s: parity of slot s's next phase

@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const __g
       mbar_init(full_bar(st), bulk ? 1 : kProducerThreads);
       mbar_init(empty_bar(st), kConsumerWarps);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_mbarrier_init();
   }
 
   // Bulk: a group of a tile is one contiguous 4 KB run of weights (8 k16 slices x 32 lanes x
