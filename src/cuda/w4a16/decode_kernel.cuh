@@ -20,6 +20,11 @@
 //       acc += scale * (group_sum - 136 * sum(a))   (136 = 128 + the GPTQ zero point 8)
 //     in fp32. Products are exact, so this differs from summing a (q - 8) only by fp32 rounding
 //     of sums about 30x larger than the result (~1e-6 relative; the output is bf16).
+//   - Tiles of at most 8 rows (M <= 8, and the MoE's expert tiles, which hold a few rows each)
+//     swap the operands: the dequantized weights are the mma's 16 x 16 A operand and the rows
+//     the 8 columns of B, so a group takes 32 mmas instead of 72 and half the accumulators, and
+//     the correction sums come from s_xsum (computed once per block) instead of a ones-mma.
+//     MoE layer at M = 1: 45.2 -> 43.4 us, M = 16: 324 -> 306 us (bench/results/NOTES.md).
 //   - The WK warps of a tile add their sums through smem in wk order; split-K over blocks
 //     (grid.y) and the epilogues (GemmMode) are as in the tiled kernel: fp32 partials, the last
 //     block to arrive adds them in split order (deterministic); where the measured table asks
@@ -78,6 +83,9 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   __shared__ int s_last;
   __shared__ int s_row_token[T::kBM];
   __shared__ int64_t s_arow[T::kBM];  // element offset of A row r in p.a
+  // Swapped-operand tiles (FM = 1, at most 8 rows): fp32 sum of A row r over group gl of the
+  // block's K range at [r * kSwapMaxGroups + gl].
+  __shared__ float s_xsum[FM == 1 ? 8 * kSwapMaxGroups : 1];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ __align__(8) uint64_t s_bar[T::kWarps * kDecodeMaxStages];  // the warps' slot mbarriers
 #endif
@@ -233,16 +241,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   }
   __syncthreads();
 
-  // Per-lane ldmatrix rows (clamped to the tile's rows) and the B-of-ones sum.
-  uint32_t a_row_addr[FM];
-  int a_xor[FM];
-#pragma unroll
-  for (int f = 0; f < FM; ++f) {
-    const int row = min(f * 16 + (lane & 15), rows - 1);
-    a_row_addr[f] = smem_base + a_off + row * a_row_bytes;
-    a_xor[f] = row & 7;
-  }
-  const int hi = lane >> 4, q = lane & 3;
+  const int q = lane & 3;
 
   float acc[FM][8][4];
 #pragma unroll
@@ -252,59 +251,169 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[f][s][i] = 0.0f;
 
+  // Tiles of at most 8 rows swap the mma operands (see swapped_k_loop): block-uniform.
+  bool swapped = false;
+  if constexpr (FM == 1) swapped = rows <= 8 && n_groups <= kSwapMaxGroups;
   int slot = 0;
-  for (int i = 0; i < n_items; ++i) {
-    wait_slot(slot);
-    const unsigned char* sl = smem + ring_off + slot * kDecodeSlotBytes;
-    const uint4* bq = reinterpret_cast<const uint4*>(sl);
-    const int gl = wk + i * WK;  // group within the block's range (A column block)
-
-    float gacc[FM][8][4], rs[FM][4];
+  if (swapped) {
+    // Row sums per group, 16 threads per (row, group): in-thread over 8 values, then a fixed
+    // butterfly (deterministic). Whole warps iterate so that the shuffles see every lane.
+    const int total = rows * n_groups;
+    for (int base = 0; base < total; base += T::kThreads / 16) {
+      const int pair = base + (tid >> 4);
+      const int r = pair / n_groups, gl = pair - r * n_groups;
+      float sum = 0.0f;
+      if (pair < total) {
+        const int c = gl * 16 + (tid & 15);
+        const uint4 v = *reinterpret_cast<const uint4*>(smem + a_off + r * a_row_bytes + ((c ^ (r & 7)) << 4));
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int f = 0; f < FM; ++f) {
-#pragma unroll
-      for (int s = 0; s < 8; ++s)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) gacc[f][s][e] = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) rs[f][e] = 0.0f;
-    }
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks) {
-      uint32_t a[FM][4];
-      const int chunk = gl * 16 + ks * 2 + hi;
-#pragma unroll
-      for (int f = 0; f < FM; ++f) ldmatrix_x4(a[f], a_row_addr[f] + ((chunk ^ a_xor[f]) << 4));
-      const uint4 qv = bq[ks * 32 + lane];
-      const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        uint32_t b[4];
-        dequant_word_offset(qw[w], b);
-#pragma unroll
-        for (int f = 0; f < FM; ++f) {
-          mma_bf16(gacc[f][2 * w], a[f], b[0], b[1]);
-          mma_bf16(gacc[f][2 * w + 1], a[f], b[2], b[3]);
-        }
+        for (int j = 0; j < 4; ++j) sum += __uint_as_float(w[j] << 16) + __uint_as_float(w[j] & 0xffff0000u);
       }
 #pragma unroll
-      for (int f = 0; f < FM; ++f) mma_bf16(rs[f], a[f], kBf16x2Ones, kBf16x2Ones);
+      for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      if (pair < total && (tid & 15) == 0) s_xsum[r * kSwapMaxGroups + gl] = sum;
     }
-    float sc[16];
-    load_scales(reinterpret_cast<const __half*>(sl + 4096), q, sc);
+    __syncthreads();
+
+    // D^T = W^T-tile . A^T: the weight group is the 16 x 16 A operand (four per k16 slice: rows
+    // 0-7 are 8-column sub-tile 2w, rows 8-15 sub-tile 2w + 1, the same registers the normal
+    // path feeds as two B operands) and the tile's rows are the 8 columns of B. Half the mmas
+    // of the normal path (32 per group, no ones-mma: the row sums come from s_xsum) and half
+    // the accumulators. Lane (g, q) accumulates columns 16 w + g (+ 8) for rows 2q, 2q + 1.
+    const int g = lane >> 2;
+    const int xrow = min(lane & 7, rows - 1);  // ldmatrix: lanes 8j .. 8j + 7 address matrix j
+    const uint32_t x_addr = smem_base + a_off + xrow * a_row_bytes;
+    const int x_xor = xrow & 7, x_mat = lane >> 3;
+    const int r0 = min(2 * q, rows - 1) * kSwapMaxGroups, r1 = min(2 * q + 1, rows - 1) * kSwapMaxGroups;
+    float sacc[4][4];
 #pragma unroll
-    for (int f = 0; f < FM; ++f)
+    for (int w = 0; w < 4; ++w)
 #pragma unroll
-      for (int s = 0; s < 8; ++s)
+      for (int e = 0; e < 4; ++e) sacc[w][e] = 0.0f;
+    for (int i = 0; i < n_items; ++i) {
+      wait_slot(slot);
+      const unsigned char* sl = smem + ring_off + slot * kDecodeSlotBytes;
+      const uint4* bq = reinterpret_cast<const uint4*>(sl);
+      const int gl = wk + i * WK;
+      float g4[4][4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          acc[f][s][e] = fmaf(sc[2 * s + (e & 1)], fmaf(-kCodeOffset, rs[f][e], gacc[f][s][e]), acc[f][s][e]);
-    __syncwarp();  // every lane is done with the slot before it is refilled
-    if (i + stages < n_items) issue(i + stages, slot);
-    if constexpr (!kBulk) cp_async_commit();
-    slot = slot + 1 == stages ? 0 : slot + 1;
+      for (int w = 0; w < 4; ++w)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) g4[w][e] = 0.0f;
+      // Unrolled by 2, not 4: fully unrolled, ptxas hoists the loads of all 8 slices and the
+      // sm_86 build spills (the sm_90 one does not, and is not faster: wo_b M = 1 9.7 vs 9.0 us).
+#pragma unroll 2
+      for (int kp = 0; kp < 4; ++kp) {  // two k16 slices per ldmatrix: B of slice 2 kp + kk in xb[2 kk], xb[2 kk + 1]
+        uint32_t xb[4];
+        ldmatrix_x4(xb, x_addr + (((gl * 16 + kp * 4 + x_mat) ^ x_xor) << 4));
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          const uint4 qv = bq[(kp * 2 + kk) * 32 + lane];
+          const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            uint32_t b[4];
+            dequant_word_offset(qw[w], b);
+            const uint32_t wa[4] = {b[0], b[2], b[1], b[3]};
+            mma_bf16(g4[w], wa, xb[2 * kk], xb[2 * kk + 1]);
+          }
+        }
+      }
+      // Scales of columns 8 j + g: half (g & 1) of word j of the lane pair's 16 (load_scales' order).
+      const uint4* sp = reinterpret_cast<const uint4*>(sl + 4096) + (g >> 1) * 2;
+      const uint4 v0 = sp[0], v1 = sp[1];
+      const uint32_t sw[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+      const int sh = (g & 1) * 16;
+      const float rs[2] = {-kCodeOffset * s_xsum[r0 + gl], -kCodeOffset * s_xsum[r1 + gl]};
+#pragma unroll
+      for (int w = 0; w < 4; ++w)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float sc = __half2float(__ushort_as_half((unsigned short)(sw[2 * w + (e >> 1)] >> sh)));
+          sacc[w][e] = fmaf(sc, g4[w][e] + rs[e & 1], sacc[w][e]);
+        }
+      __syncwarp();  // every lane is done with the slot before it is refilled
+      if (i + stages < n_items) issue(i + stages, slot);
+      if constexpr (!kBulk) cp_async_commit();
+      slot = slot + 1 == stages ? 0 : slot + 1;
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the ring is free: each warp turns its sums around in its own ring space
+    float* tr = reinterpret_cast<float*>(smem + ring_off);  // [8 rows][kSwapPitch] fp32
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) tr[(2 * q + (e & 1)) * kSwapPitch + 16 * w + g + 8 * (e >> 1)] = sacc[w][e];
+    __syncwarp();
+#pragma unroll
+    for (int s = 0; s < 8; ++s)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[0][s][e] = e < 2 ? tr[g * kSwapPitch + 8 * s + 2 * q + e] : 0.0f;
+  } else {
+    // Per-lane ldmatrix rows (clamped to the tile's rows) and the B-of-ones sum.
+    uint32_t a_row_addr[FM];
+    int a_xor[FM];
+#pragma unroll
+    for (int f = 0; f < FM; ++f) {
+      const int row = min(f * 16 + (lane & 15), rows - 1);
+      a_row_addr[f] = smem_base + a_off + row * a_row_bytes;
+      a_xor[f] = row & 7;
+    }
+    const int hi = lane >> 4;
+    for (int i = 0; i < n_items; ++i) {
+      wait_slot(slot);
+      const unsigned char* sl = smem + ring_off + slot * kDecodeSlotBytes;
+      const uint4* bq = reinterpret_cast<const uint4*>(sl);
+      const int gl = wk + i * WK;  // group within the block's range (A column block)
+
+      float gacc[FM][8][4], rs[FM][4];
+#pragma unroll
+      for (int f = 0; f < FM; ++f) {
+#pragma unroll
+        for (int s = 0; s < 8; ++s)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) gacc[f][s][e] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) rs[f][e] = 0.0f;
+      }
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        uint32_t a[FM][4];
+        const int chunk = gl * 16 + ks * 2 + hi;
+#pragma unroll
+        for (int f = 0; f < FM; ++f) ldmatrix_x4(a[f], a_row_addr[f] + ((chunk ^ a_xor[f]) << 4));
+        const uint4 qv = bq[ks * 32 + lane];
+        const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          uint32_t b[4];
+          dequant_word_offset(qw[w], b);
+#pragma unroll
+          for (int f = 0; f < FM; ++f) {
+            mma_bf16(gacc[f][2 * w], a[f], b[0], b[1]);
+            mma_bf16(gacc[f][2 * w + 1], a[f], b[2], b[3]);
+          }
+        }
+#pragma unroll
+        for (int f = 0; f < FM; ++f) mma_bf16(rs[f], a[f], kBf16x2Ones, kBf16x2Ones);
+      }
+      float sc[16];
+      load_scales(reinterpret_cast<const __half*>(sl + 4096), q, sc);
+#pragma unroll
+      for (int f = 0; f < FM; ++f)
+#pragma unroll
+        for (int s = 0; s < 8; ++s)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            acc[f][s][e] = fmaf(sc[2 * s + (e & 1)], fmaf(-kCodeOffset, rs[f][e], gacc[f][s][e]), acc[f][s][e]);
+      __syncwarp();  // every lane is done with the slot before it is refilled
+      if (i + stages < n_items) issue(i + stages, slot);
+      if constexpr (!kBulk) cp_async_commit();
+      slot = slot + 1 == stages ? 0 : slot + 1;
+    }
+    cp_async_wait<0>();
   }
-  cp_async_wait<0>();
   __syncthreads();  // ring and A are free from here on
   trace_stamp(p.trace, 2);
 

@@ -90,6 +90,11 @@ inline bool is_decode_config(GemmConfig c) { return int(c) < kNumDecodeConfigs; 
 // Bytes of one decode ring slot: the 4 KB of packed weights of a 64 x 128 tile and its 64 scales.
 inline constexpr int kDecodeSlotBytes = 4096 + 128;
 inline constexpr int kDecodeMaxStages = 4;
+// Decode tiles of at most 8 rows swap the mma operands (decode_kernel.cuh) when the block's K
+// range has at most this many groups (the per-group row sums live in static smem); the
+// accumulators are turned around through a [8][kSwapPitch] fp32 scratch (pitch: fewer conflicts).
+inline constexpr int kSwapMaxGroups = 64;
+inline constexpr int kSwapPitch = 68;
 
 struct GemmConfigInfo {
   int block_m = 0, block_n = 0, threads = 0;
