@@ -28,12 +28,6 @@ __device__ __forceinline__ uint4 ld_nc_v4(const uint4* p) {
   return v;
 }
 
-__device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
-  int old;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
-
 __device__ __forceinline__ void unpack8(const uint4 v, float (&f)[8]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -99,19 +93,16 @@ __device__ __forceinline__ float load_sel(const float* p) {
 // sorting network) it was ~40 KB of code (bench/results/NOTES.md, "MoE decode timeline").
 // kGlobal: the scores are in global memory, written by other blocks of this grid (decode: the
 // logit producers), and read through L2; otherwise in this block's shared memory.
-// dry: compute on whatever `scores` holds and store nothing. The decode kernel runs it once in
-// every block before its dependency wait, so that the one real call, in the last block's serial
-// tail, finds its code in the instruction cache (hence __noinline__: one copy of the code).
 template <bool kGlobal>
-__device__ __noinline__ void select_experts(const RouteKernelArgs& p, int tok, int lane, const float* scores,
-                                            int* s_ids, float* s_w, bool dry) {
+__device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, const float* scores,
+                               int* s_ids = nullptr, float* s_w = nullptr) {
   constexpr unsigned kAll = 0xffffffffu;
   const float* ss = scores;        // [256] s_e
   const float* vs = scores + 256;  // [256] v_e
   int my_id = 0;
   float my_sc = 0.0f;
   if (p.tid2eid != nullptr) {
-    const int64_t row = dry ? 0 : int64_t(p.token_ids[tok]) * p.top_k;
+    const int64_t row = int64_t(p.token_ids[tok]) * p.top_k;
 #pragma unroll 1
     for (int k = 0; k < p.top_k; ++k) {
       const int e = p.tid2eid[row + k];
@@ -170,7 +161,7 @@ __device__ __noinline__ void select_experts(const RouteKernelArgs& p, int tok, i
     const int other = __shfl_sync(kAll, my_id, j);
     rank += (other < my_id || (other == my_id && j < lane)) ? 1 : 0;
   }
-  if (lane < p.top_k && !dry) {
+  if (lane < p.top_k) {
     const int64_t at = int64_t(tok) * p.top_k + rank;
     p.topk_ids[at] = my_id;
     p.topk_w[at] = w;
@@ -265,10 +256,8 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
 // scans) took ~1 us of the decode MoE's serial tail for this. A hash row may name an expert
 // twice: that expert gets two one-row tiles instead of one two-row tile (rows are independent
 // in the GEMMs, so no value changes).
-__device__ __noinline__ void group_one_token(const RouteKernelArgs& p, const int* sel_ids, const float* sel_w,
-                                             int lane, bool dry) {
+__device__ void group_one_token(const RouteKernelArgs& p, const int* sel_ids, const float* sel_w, int lane) {
   const int top_k = p.top_k;
-  if (dry) return;  // (see select_experts: the call only fetches the code)
   if (lane <= top_k) {
     if (lane < top_k) p.tiles[lane] = make_int4(sel_ids[lane], lane, 1, 0);
     p.sorted_token[lane] = 0;
@@ -280,8 +269,7 @@ __device__ __noinline__ void group_one_token(const RouteKernelArgs& p, const int
 
 // TM tokens per block (x rows staged in smem), EPW experts per warp, 8 warps.
 template <int TM, int EPW>
-// __grid_constant__: the noinline selection functions take p by reference without a local copy.
-__global__ void __launch_bounds__(kThreads) moe_route_kernel(const __grid_constant__ RouteKernelArgs p) {
+__global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelArgs p) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int s_flag;
   const uint4* xs = reinterpret_cast<const uint4*>(smem);  // bf16 [TM][hidden]
@@ -302,15 +290,6 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const __grid_consta
     constexpr int kChunks = 8 * EPW * kRouterHidden / 8;
     for (int i = tid; i < kChunks; i += kThreads)
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(wdst + i * 16), "l"(wsrc + i));
-  }
-  if constexpr (TM == 1) {
-    // Decode: the last block's tail (selection, grouping) runs once per launch, on one warp, from
-    // a cold instruction cache: ~300 instructions took ~3 us (the MoE timeline's "fenced" to
-    // "selected"). A dry run here, before the dependency wait, fetches that code on every SM.
-    if (warp == 0) {
-      select_experts<true>(p, 0, lane, p.scores, nullptr, nullptr, /*dry=*/true);
-      if (p.m == 1) group_one_token(p, nullptr, nullptr, lane, /*dry=*/true);
-    }
   }
   pdl_wait();  // x comes from the previous kernel (and our dependents launch only from here:
                // the gate/up GEMM's shared-expert blocks read x without waiting for us)
@@ -403,17 +382,13 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const __grid_consta
     }
 
   trace_stamp(p.trace, 2);
-  if constexpr (TM != 1) __threadfence();
+  __threadfence();
   __syncthreads();
   if constexpr (TM == 1) {
     // Decode: one arrival counter over the whole grid; the last block selects experts for every
     // token (a warp per token) and groups the pairs: one serialized round trip instead of two.
-    // The counter is the synchronization: thread 0's acq_rel add releases the scores the block
-    // wrote (ordered before it by the barrier) and, in the last block, acquires everyone's; the
-    // barrier below passes that on to the other threads, whose reads go to L2 (__ldcg). No
-    // __threadfence (a sequentially consistent fence plus an L1 invalidation) on either side.
     if (tid == 0) {
-      const int old = atom_add_acq_rel_gpu(p.done_counter, 1);
+      const int old = atomicAdd(p.done_counter, 1);
       s_flag = old == int(gridDim.x * gridDim.y) - 1;
       if (s_flag) atomicExch(p.done_counter, 0);
     }
@@ -428,13 +403,14 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const __grid_consta
     trace_stamp(p.trace, 0, tail);
     __shared__ int s_ids[kDecodeMaxTokens * 8];
     __shared__ float s_w[kDecodeMaxTokens * 8];
+    __threadfence();
     trace_stamp(p.trace, 1, tail);
     for (int tok = warp; tok < p.m; tok += kThreads / 32)
-      select_experts<true>(p, tok, lane, p.scores + int64_t(tok) * 512, s_ids, s_w, /*dry=*/false);
+      select_experts<true>(p, tok, lane, p.scores + int64_t(tok) * 512, s_ids, s_w);
     __syncthreads();
     trace_stamp(p.trace, 2, tail);
     if (p.m == 1) {
-      if (warp == 0) group_one_token(p, s_ids, s_w, lane, /*dry=*/false);
+      if (warp == 0) group_one_token(p, s_ids, s_w, lane);
     } else {
       group_pairs<true>(p, s_ids, s_w);
     }
@@ -452,7 +428,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const __grid_consta
     __threadfence();
     float* scores = reinterpret_cast<float*>(smem);  // [n_tok][512], where x was
     expert_scores(p, tok0, n_tok, bias_e, scores);
-    if (warp < n_tok) select_experts<false>(p, tok0 + warp, lane, scores + warp * 512, nullptr, nullptr, false);
+    if (warp < n_tok) select_experts<false>(p, tok0 + warp, lane, scores + warp * 512);
 
     // The last token tile groups every pair.
     __threadfence();
