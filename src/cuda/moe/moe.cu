@@ -59,8 +59,7 @@ Result<MoeWorkspace> MoeWorkspace::create(int max_tokens, int hidden, int inter,
     ws.max_tiles_ = std::max(ws.max_tiles_, moe_max_tiles(m_max, top_k, n_experts, bm));
   }
   const size_t m = size_t(max_tokens), pairs = m * (top_k + 1);
-  // Router logits f32 [M, E] (prefill variant) or scores f32 [M, 2 E] (decode variant): one buffer.
-  DSV4_ASSIGN_OR_RETURN(ws.logits_, DeviceBuffer::create(m * n_experts * 2 * 4));
+  DSV4_ASSIGN_OR_RETURN(ws.logits_, DeviceBuffer::create(m * n_experts * 4));
   DSV4_ASSIGN_OR_RETURN(ws.topk_ids_, DeviceBuffer::create(m * top_k * 4));
   DSV4_ASSIGN_OR_RETURN(ws.topk_w_, DeviceBuffer::create(m * top_k * 4));
   DSV4_ASSIGN_OR_RETURN(ws.token_pairs_, DeviceBuffer::create(pairs * 4));
@@ -217,7 +216,6 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   r.route_scale = w.route_scale;
   r.block_m = block_m;
   r.logits = ws.logits_.as<float>();
-  r.scores = ws.logits_.as<float>();
   r.topk_ids = ws.topk_ids_.as<int>();
   r.topk_w = ws.topk_w_.as<float>();
   r.tile_counters = ws.route_tile_counters_;

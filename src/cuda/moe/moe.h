@@ -90,8 +90,7 @@ class MoeWorkspace {
   // Routing of the last call (device memory), for tests and diagnostics.
   const int* topk_ids() const { return topk_ids_.as<int>(); }        // i32 [M, top_k], increasing id
   const float* topk_weights() const { return topk_w_.as<float>(); }  // f32 [M, top_k], same order
-  // The router's f32 logits [M, n_experts] (prefill batches) or scores [M, 2 n_experts] (decode).
-  const float* logits() const { return logits_.as<float>(); }
+  const float* logits() const { return logits_.as<float>(); }        // f32 [M, n_experts]
 
  private:
   friend Status moe_forward(const MoeLayerWeights&, const MoeArgs&, MoeWorkspace&, cudaStream_t,

@@ -50,12 +50,6 @@ __device__ __forceinline__ unsigned ordered_key(float f) {
 // below find them ready: on one warp (8 experts per lane) this was the longest serial step of a
 // decode MoE layer (bench/results/NOTES.md, "MoE decode timeline").
 // b: this thread's bias (0 without one), loaded at the kernel's start.
-__device__ __forceinline__ void expert_score(float l, float b, float& sv, float& v) {
-  sv = sqrtf(l > 20.0f ? l : log1pf(expf(l)));  // torch softplus (threshold 20), sqrt
-  v = sv + b;
-  if (isnan(v)) v = -INFINITY;
-}
-
 __device__ void expert_scores(const RouteKernelArgs& p, int tok0, int n, float b, float* scores) {
   const int e = threadIdx.x;
 #pragma unroll 1
@@ -67,8 +61,9 @@ __device__ void expert_scores(const RouteKernelArgs& p, int tok0, int n, float b
 #pragma unroll
     for (int u = 0; u < 2; ++u)
       if (t + u < n) {
-        float sv, v;
-        expert_score(l[u], b, sv, v);
+        const float sv = sqrtf(l[u] > 20.0f ? l[u] : log1pf(expf(l[u])));  // torch softplus (threshold 20), sqrt
+        float v = sv + b;
+        if (isnan(v)) v = -INFINITY;
         scores[(t + u) * 512 + e] = sv;
         scores[(t + u) * 512 + 256 + e] = v;
       }
@@ -76,24 +71,11 @@ __device__ void expert_scores(const RouteKernelArgs& p, int tok0, int n, float b
   __syncthreads();
 }
 
-// Loads of values this block made (kSmem: shared memory) or other blocks made (global, via L2).
-template <bool kSmem>
-__device__ __forceinline__ int load_sel(const int* p) {
-  return kSmem ? *p : __ldcg(p);
-}
-template <bool kSmem>
-__device__ __forceinline__ float load_sel(const float* p) {
-  return kSmem ? *p : __ldcg(p);
-}
-
 // Expert selection and weights of token `tok` by one warp from its scores (expert_scores);
 // written to topk_ids / topk_w and, when s_ids is not null, to s_ids / s_w [tok * top_k ..] in
 // shared memory too. Round k's expert and score end up in lane k. One warp runs this once per
 // call on the decode critical path, so the loops over rounds stay rolled: fully unrolled (with a
 // sorting network) it was ~40 KB of code (bench/results/NOTES.md, "MoE decode timeline").
-// kGlobal: the scores are in global memory, written by other blocks of this grid (decode: the
-// logit producers), and read through L2; otherwise in this block's shared memory.
-template <bool kGlobal>
 __device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, const float* scores,
                                int* s_ids = nullptr, float* s_w = nullptr) {
   constexpr unsigned kAll = 0xffffffffu;
@@ -106,20 +88,13 @@ __device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, cons
 #pragma unroll 1
     for (int k = 0; k < p.top_k; ++k) {
       const int e = p.tid2eid[row + k];
-      const float sc = load_sel<!kGlobal>(ss + e);
+      const float sc = ss[e];
       if (lane == k) {
         my_id = e;
         my_sc = sc;
       }
     }
   } else {
-    // The lane's 8 candidates (experts lane + 32 j) stay in registers, all loaded at once.
-    float cv[8], cs[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      cv[j] = load_sel<!kGlobal>(vs + lane + 32 * j);
-      cs[j] = load_sel<!kGlobal>(ss + lane + 32 * j);
-    }
     // Each round: every lane's best untaken candidate (ties: lowest expert id), then the warp's
     // largest value by one redux and, among the lanes holding it, the lowest id by another.
     unsigned taken = 0;
@@ -130,11 +105,11 @@ __device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, cons
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const int e = lane + 32 * j;
-        const float v = cv[j];
+        const float v = vs[e];
         if (((taken >> j) & 1u) == 0 && (v > bv || (v == bv && e < be))) {
           bv = v;
           be = e;
-          bs = cs[j];
+          bs = ss[e];
         }
       }
       const unsigned key = ordered_key(bv);
@@ -176,6 +151,14 @@ __device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, cons
 // The shared expert's rows come last, at M top_k + token, whatever the routing: the GEMMs rely on
 // that to start the shared expert before the router finishes. The selections come from shared
 // memory (kSmem: this block made them) or from global memory (other blocks made them).
+template <bool kSmem>
+__device__ __forceinline__ int load_sel(const int* p) {
+  return kSmem ? *p : __ldcg(p);
+}
+template <bool kSmem>
+__device__ __forceinline__ float load_sel(const float* p) {
+  return kSmem ? *p : __ldcg(p);
+}
 
 template <bool kSmem>
 __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const float* sel_w) {
@@ -253,9 +236,9 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
 // The grouping of a single token (decode batch 1), by one warp: its top_k pairs come in
 // increasing expert order (select_experts), so pair k is sorted row k and, one row each, tile k;
 // the shared expert's row is top_k as always. group_pairs (a counting sort: six barriers and
-// scans) took ~1 us of the decode MoE's serial tail for this. A hash row may name an expert
-// twice: that expert gets two one-row tiles instead of one two-row tile (rows are independent
-// in the GEMMs, so no value changes).
+// scans) took ~1 us of the decode MoE's serial tail for this; this takes ~0.25 us. A hash row
+// may name an expert twice: that expert gets two one-row tiles instead of one two-row tile (rows
+// are independent in the GEMMs, so no value changes).
 __device__ void group_one_token(const RouteKernelArgs& p, const int* sel_ids, const float* sel_w, int lane) {
   const int top_k = p.top_k;
   if (lane <= top_k) {
@@ -275,13 +258,8 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
   const uint4* xs = reinterpret_cast<const uint4*>(smem);  // bf16 [TM][hidden]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   trace_stamp(p.trace, 0);
-  // The selection's bias (a weight: loaded before the wait, off the serial tail): prefill, of
-  // expert tid (expert_scores); decode, of the warp's experts (their scores are made here).
-  const int e0 = blockIdx.y * (8 * EPW) + warp * EPW;
-  const float bias_e = p.bias != nullptr && TM != 1 ? __ldg(p.bias + tid) : 0.0f;
-  float bias_w[EPW];
-#pragma unroll
-  for (int j = 0; j < EPW; ++j) bias_w[j] = p.bias != nullptr && TM == 1 ? __ldg(p.bias + e0 + j) : 0.0f;
+  // The selection's bias of expert tid (a weight: loaded before the wait, off the serial tail).
+  const float bias_e = p.bias != nullptr ? __ldg(p.bias + tid) : 0.0f;
   if constexpr (TM == 1) {
     // Decode: the block's 8 EPW router rows go to smem through cp.async, every request in flight
     // at once (one DRAM round trip); they do not depend on the previous kernel.
@@ -312,6 +290,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
   }
   __syncthreads();
 
+  const int e0 = blockIdx.y * (8 * EPW) + warp * EPW;
   float acc[TM][EPW];
 #pragma unroll
   for (int t = 0; t < TM; ++t)
@@ -367,18 +346,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
       // Lane 0's association is the same for every expert: equal rows give equal logits.
-      if (lane == 0 && t < n_tok) {
-        if constexpr (TM == 1) {
-          // Decode: the expert's scores right away (each warp its own expert, in parallel),
-          // not in the last block's serial tail.
-          float sv, vb;
-          expert_score(v, bias_w[j], sv, vb);
-          p.scores[int64_t(tok0 + t) * 512 + e0 + j] = sv;
-          p.scores[int64_t(tok0 + t) * 512 + 256 + e0 + j] = vb;
-        } else {
-          p.logits[int64_t(tok0 + t) * kRouterExperts + e0 + j] = v;
-        }
-      }
+      if (lane == 0 && t < n_tok) p.logits[int64_t(tok0 + t) * kRouterExperts + e0 + j] = v;
     }
 
   trace_stamp(p.trace, 2);
@@ -405,8 +373,10 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     __shared__ float s_w[kDecodeMaxTokens * 8];
     __threadfence();
     trace_stamp(p.trace, 1, tail);
-    for (int tok = warp; tok < p.m; tok += kThreads / 32)
-      select_experts<true>(p, tok, lane, p.scores + int64_t(tok) * 512, s_ids, s_w);
+    // The scores go where x and the router rows were (every thread passed the barrier above).
+    float* scores = reinterpret_cast<float*>(smem);  // [m][512]
+    expert_scores(p, 0, p.m, bias_e, scores);
+    for (int tok = warp; tok < p.m; tok += kThreads / 32) select_experts(p, tok, lane, scores + tok * 512, s_ids, s_w);
     __syncthreads();
     trace_stamp(p.trace, 2, tail);
     if (p.m == 1) {
@@ -428,7 +398,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     __threadfence();
     float* scores = reinterpret_cast<float*>(smem);  // [n_tok][512], where x was
     expert_scores(p, tok0, n_tok, bias_e, scores);
-    if (warp < n_tok) select_experts<false>(p, tok0 + warp, lane, scores + warp * 512);
+    if (warp < n_tok) select_experts(p, tok0 + warp, lane, scores + warp * 512);
 
     // The last token tile groups every pair.
     __threadfence();
@@ -450,7 +420,7 @@ Status launch_variant(const RouteKernelArgs& p, cudaStream_t stream, bool pdl) {
   static_assert(TM <= 8, "one warp per token in the selection step");
   // x rows, plus (decode) the block's router rows.
   constexpr int smem = TM * kRouterHidden * 2 + (TM == 1 ? 8 * EPW * kRouterHidden * 2 : 0);
-  static_assert(TM == 1 || TM * 512 * 4 <= smem, "the prefill selection's scores reuse the dynamic smem");
+  static_assert((TM == 1 ? kDecodeMaxTokens : TM) * 512 * 4 <= smem, "the selection's scores reuse the dynamic smem");
   auto* kernel = &moe_route_kernel<TM, EPW>;
   if (smem > 48 * 1024) {
     // Once per device: the attribute is a property of the function on that device.

@@ -26,8 +26,7 @@ struct RouteKernelArgs {
   int top_k = 0;
   float route_scale = 1.0f;
   int block_m = 0;                        // GEMM block rows: tiles hold at most this many rows
-  float* logits = nullptr;                // f32 [M, 256] (batches past the decode variant)
-  float* scores = nullptr;                // f32 [M, 512] (decode variant): s_e, then s_e + bias_e
+  float* logits = nullptr;                // f32 [M, 256]
   int* topk_ids = nullptr;                // i32 [M, top_k], increasing expert id
   float* topk_w = nullptr;                // f32 [M, top_k]
   int* tile_counters = nullptr;           // i32 [M] zero
