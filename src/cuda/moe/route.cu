@@ -83,6 +83,7 @@ __device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, cons
   const float* vs = scores + 256;  // [256] v_e
   int my_id = 0;
   float my_sc = 0.0f;
+  float denom = 0.0f;  // the selected scores summed in selection order
   if (p.tid2eid != nullptr) {
     const int64_t row = int64_t(p.token_ids[tok]) * p.top_k;
 #pragma unroll 1
@@ -93,48 +94,66 @@ __device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, cons
         my_id = e;
         my_sc = sc;
       }
+      denom += sc;
     }
   } else {
-    // Each round: every lane's best untaken candidate (ties: lowest expert id), then the warp's
-    // largest value by one redux and, among the lanes holding it, the lowest id by another.
-    unsigned taken = 0;
+    // The lane's 8 candidates (experts lane + 32 j) in registers, read once, as order-preserving
+    // keys (ordered_key: > 0 even for -inf; a taken candidate becomes 0 and never wins again).
+    unsigned ck[8];
+    float cs[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      ck[j] = ordered_key(vs[lane + 32 * j]);
+      cs[j] = ss[lane + 32 * j];
+    }
+    // Each round: every lane's best candidate by a 3-level tree (ties go to the lower j, the
+    // lower expert id), then the warp's largest key by one redux and, among the lanes holding it,
+    // the lowest id by another.
 #pragma unroll 1
     for (int k = 0; k < p.top_k; ++k) {
-      float bv = -INFINITY, bs = 0.0f;
-      int be = INT_MAX;
+      unsigned tk[4];
+      int tj[4];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int e = lane + 32 * j;
-        const float v = vs[e];
-        if (((taken >> j) & 1u) == 0 && (v > bv || (v == bv && e < be))) {
-          bv = v;
-          be = e;
-          bs = ss[e];
-        }
+      for (int i = 0; i < 4; ++i) {
+        const bool hi = ck[2 * i + 1] > ck[2 * i];
+        tk[i] = hi ? ck[2 * i + 1] : ck[2 * i];
+        tj[i] = hi ? 2 * i + 1 : 2 * i;
       }
-      const unsigned key = ordered_key(bv);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const bool hi = tk[2 * i + 1] > tk[2 * i];
+        tk[i] = hi ? tk[2 * i + 1] : tk[2 * i];
+        tj[i] = hi ? tj[2 * i + 1] : tj[2 * i];
+      }
+      const bool hi = tk[1] > tk[0];
+      const unsigned key = hi ? tk[1] : tk[0];
+      const int bj = hi ? tj[1] : tj[0];
+      float bs = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) bs = bj == j ? cs[j] : bs;
       const unsigned top = __reduce_max_sync(kAll, key);
-      const int winner = int(__reduce_min_sync(kAll, key == top ? unsigned(be) : 0xffffffffu));
+      const int winner = int(__reduce_min_sync(kAll, key == top ? unsigned(lane + 32 * bj) : 0xffffffffu));
       const float sc = __shfl_sync(kAll, bs, winner & 31);
       if (lane == k) {
         my_id = winner;
         my_sc = sc;
       }
-      if ((winner & 31) == lane) taken |= 1u << (winner >> 5);
+      denom += sc;
+      if ((winner & 31) == lane) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ck[j] = (winner >> 5) == j ? 0u : ck[j];
+      }
     }
   }
-  // Scores summed in selection order.
-  float denom = 0.0f;
-#pragma unroll 1
-  for (int k = 0; k < p.top_k; ++k) denom += __shfl_sync(kAll, my_sc, k);
   const float w = my_sc / denom * p.route_scale;
   // Increasing expert id (the order the MoE combine sums the expert outputs in); equal ids (a
-  // hash row may repeat one) keep their selection order.
+  // hash row may repeat one) keep their selection order. Unrolled (top_k <= 8): the shuffles
+  // are independent.
   int rank = 0;
-#pragma unroll 1
-  for (int j = 0; j < p.top_k; ++j) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
     const int other = __shfl_sync(kAll, my_id, j);
-    rank += (other < my_id || (other == my_id && j < lane)) ? 1 : 0;
+    if (j < p.top_k) rank += (other < my_id || (other == my_id && j < lane)) ? 1 : 0;
   }
   if (lane < p.top_k) {
     const int64_t at = int64_t(tok) * p.top_k + rank;
