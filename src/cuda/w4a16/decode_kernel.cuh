@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[f][s][i] = 0.0f;
 
-  // Tiles of at most 8 rows swap the mma operands (see swapped_k_loop): block-uniform.
+  // Tiles of at most 8 rows swap the mma operands (see the file header): block-uniform.
   bool swapped = false;
   if constexpr (FM == 1) swapped = rows <= 8 && n_groups <= kSwapMaxGroups;
   int slot = 0;
