@@ -3,7 +3,6 @@
 // tokens; the last token tile's block groups all (token, expert) pairs by expert and writes the
 // tile list the GEMMs run over (decode batches: the last block of the grid does both). Deterministic: every logit is summed in the same fixed order, so
 // equal router rows give equal logits and ties resolve to the lowest expert index.
-#include <climits>
 #include <cmath>
 #include <mutex>
 
