@@ -81,10 +81,12 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   using T = DecodeTraits<FM, WN, WK>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int s_last;
-  __shared__ int s_row_token[T::kBM];
+  __shared__ int4 s_route_tile;
+  __shared__ int s_row_token[T::kBM];  // kMoeDown: token of row r (the combine's table)
+  __shared__ int s_pairs[T::kBM * kMaxPairsPerToken];  // kMoeDown: sorted rows of row r's token
   __shared__ int64_t s_arow[T::kBM];  // element offset of A row r in p.a
-  // Swapped-operand tiles (FM = 1, at most 8 rows): fp32 sum of A row r over group gl of the
-  // block's K range at [r * kSwapMaxGroups + gl].
+  // Swapped-operand tiles (FM = 1, at most 8 rows): -136 x the fp32 sum of A row r over group gl
+  // of the block's K range at [r * kSwapMaxGroups + gl].
   __shared__ float s_xsum[FM == 1 ? 8 * kSwapMaxGroups : 1];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ __align__(8) uint64_t s_bar[T::kWarps * kDecodeMaxStages];  // the warps' slot mbarriers
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   // for the router (their tile list); the down GEMM launches only after every block of this grid
   // waited (pdl_wait triggers the dependents) or exited, so it may read the tile list before its
   // own wait (the router has completed by then).
-  int expert = 0, row_begin = 0, rows = 0;
+  int expert = 0, row_begin = 0, rows = 0, token0 = 0;  // token0: token of the first row (MoE)
   bool shared_tile = false;
   if (p.mode == GemmMode::kDense) {
     row_begin = z * T::kBM;
@@ -112,19 +114,24 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
     rows = min(p.shared_tile_rows, p.m - z * p.shared_tile_rows);
   } else {
     if (p.mode == GemmMode::kMoeUp) pdl_wait();
-    const int t = z - p.n_shared_tiles;
+    // One thread reads the tile and the block shares it: every routed block reads the same
+    // line of the router's list right after the router completes, so one request per block
+    // instead of one per warp; and the entry alone says whether it has rows (one round trip).
+    if (tid == 0) s_route_tile = __ldcg(p.tiles + (z - p.n_shared_tiles));
+    __syncthreads();
+    const int4 tile = s_route_tile;
     // Fixed grid for a batch size; fewer tiles this step. In the down GEMM these blocks exit
     // without waiting (waiting would park them on SMs the running gate/up GEMM needs): the grid
     // still completes only after its predecessor because the shared-expert tiles (always at
     // least one: m >= 1) do wait.
-    if (t >= __ldcg(p.n_tiles)) {
+    if (tile.z == 0) {
       trace_stamp(p.trace, 3);
       return;
     }
-    const int4 tile = __ldcg(p.tiles + t);
     expert = tile.x;
     row_begin = tile.y;
     rows = tile.z;
+    token0 = tile.w;
   }
   const uint4* wbase;
   const __half* sbase;
@@ -207,13 +214,35 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   // (the previous kernel) lets its dependents launch only after its own wait.
   if (p.mode != GemmMode::kMoeUp) pdl_wait();
   trace_stamp(p.trace, 1);
+  // The row table, and what the MoE epilogues need of the router's lists, read now (their round
+  // trips overlap the A block's) rather than in the tail. Row 0's token comes with the tile.
   if (tid < rows) {
     int64_t arow = row_begin + tid;
-    if (p.mode == GemmMode::kMoeUp)
-      arow = shared_tile ? int64_t(row_begin - p.shared_row0 + tid) : int64_t(__ldcg(p.sorted_token + row_begin + tid));
+    if (p.mode != GemmMode::kDense) {
+      const int token = shared_tile ? row_begin - p.shared_row0 + tid
+                        : tid == 0  ? token0
+                                    : __ldcg(p.sorted_token + row_begin + tid);
+      if (p.mode == GemmMode::kMoeUp) {
+        arow = token;
+      } else {
+        s_row_token[tid] = token;
+      }
+    }
     s_arow[tid] = arow * p.lda + int64_t(g_begin) * 128;
   }
   __syncthreads();
+  // kMoeDown: the pair rows of each row's token, for the combine (held through the A block's
+  // loads): rows x pairs_per_token <= 32 x 9 entries, two per thread.
+  static_assert(2 * T::kThreads >= T::kBM * kMaxPairsPerToken, "two pair entries per thread");
+  const int n_pair_entries = p.mode == GemmMode::kMoeDown ? rows * p.pairs_per_token : 0;
+  int pair_row[2] = {0, 0};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int idx = tid + h * T::kThreads;
+    if (idx < n_pair_entries)
+      pair_row[h] = __ldcg(p.token_pairs + int64_t(s_row_token[idx / p.pairs_per_token]) * p.pairs_per_token +
+                           idx % p.pairs_per_token);
+  }
   {
     // rows x (n_groups 16) chunks of 16 bytes, 8 loads in flight per thread, XOR-swizzled
     // within 128 bytes so that ldmatrix rows hit distinct banks.
@@ -238,6 +267,12 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
         }
       }
     }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int idx = tid + h * T::kThreads;
+    if (idx < n_pair_entries)
+      s_pairs[(idx / p.pairs_per_token) * kMaxPairsPerToken + idx % p.pairs_per_token] = pair_row[h];
   }
   __syncthreads();
 
@@ -272,7 +307,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
       }
 #pragma unroll
       for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      if (pair < total && (tid & 15) == 0) s_xsum[r * kSwapMaxGroups + gl] = sum;
+      if (pair < total && (tid & 15) == 0) s_xsum[r * kSwapMaxGroups + gl] = -kCodeOffset * sum;
     }
     __syncthreads();
 
@@ -296,11 +331,13 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
       const unsigned char* sl = smem + ring_off + slot * kDecodeSlotBytes;
       const uint4* bq = reinterpret_cast<const uint4*>(sl);
       const int gl = wk + i * WK;
+      // The group's sums start from the -136 sum(a) correction of their row (the mma adds C).
+      const float rs[2] = {s_xsum[r0 + gl], s_xsum[r1 + gl]};
       float g4[4][4];
 #pragma unroll
       for (int w = 0; w < 4; ++w)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) g4[w][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) g4[w][e] = rs[e & 1];
       // Unrolled by 2, not 4: fully unrolled, ptxas hoists the loads of all 8 slices and the
       // sm_86 build spills (the sm_90 one does not, and is not faster: wo_b M = 1 9.7 vs 9.0 us).
 #pragma unroll 2
@@ -325,13 +362,12 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
       const uint4 v0 = sp[0], v1 = sp[1];
       const uint32_t sw[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
       const int sh = (g & 1) * 16;
-      const float rs[2] = {-kCodeOffset * s_xsum[r0 + gl], -kCodeOffset * s_xsum[r1 + gl]};
 #pragma unroll
       for (int w = 0; w < 4; ++w)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float sc = __half2float(__ushort_as_half((unsigned short)(sw[2 * w + (e >> 1)] >> sh)));
-          sacc[w][e] = fmaf(sc, g4[w][e] + rs[e & 1], sacc[w][e]);
+          sacc[w][e] = fmaf(sc, g4[w][e], sacc[w][e]);
         }
       __syncwarp();  // every lane is done with the slot before it is refilled
       if (i + stages < n_items) issue(i + stages, slot);
@@ -625,7 +661,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   }
 
   // MoE combine: when a token's last pair row of this column block is written, sum its rows.
-  if (p.mode == GemmMode::kMoeDown) moe_combine<T::kBN, T::kThreads>(p, row_begin, rows, s_row_token);
+  if (p.mode == GemmMode::kMoeDown) moe_combine<T::kBN, T::kThreads>(p, row_begin, rows, s_row_token, s_pairs);
   trace_stamp(p.trace, 3);
 }
 

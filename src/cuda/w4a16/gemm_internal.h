@@ -53,8 +53,9 @@ struct GemmKernelArgs {
   int shared_row0 = 0;               // first sorted row of the shared expert: M top_k
   int shared_tile_rows = 0;          // decode kernels: rows per shared tile (the router's block
                                      // rows, <= BM); the tiled kernels use BM (block rows == BM)
-  const int4* tiles = nullptr;       // i32x4 [max_tiles]: expert, first sorted row, rows, unused
-  const int* n_tiles = nullptr;      // i32 [1]: valid entries of tiles (blocks past it exit)
+  const int4* tiles = nullptr;       // i32x4 [max_tiles]: expert, first sorted row, rows, token of
+                                     // the first row; rows 0 past n_tiles (decode blocks exit)
+  const int* n_tiles = nullptr;      // i32 [1]: valid entries of tiles (tiled blocks past it exit)
   const int* sorted_token = nullptr; // i32 [pairs]: token of each sorted row
   const float* sorted_weight = nullptr;  // f32 [pairs]: routing weight of each sorted row
   const int* token_pairs = nullptr;  // i32 [M, pairs_per_token]: sorted rows of a token, routed
