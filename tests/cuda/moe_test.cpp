@@ -374,6 +374,26 @@ TEST_P(MoeForward, HashLayerMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Flash, MoeForward, ::testing::Values(1, 4, 16, 64, 300, 512, 4096),
                          [](const ::testing::TestParamInfo<int>& i) { return "M" + std::to_string(i.param); });
 
+// The decode GEMMs' expert tiles of at most 8 rows run in fp16, each row scaled into fp16's range
+// by a power of two (w4a16/decode_kernel.cuh): tokens 2^20 above and 2^-20 below fp16's range, a
+// zero one, and one whose values span 2^24 must still match the reference (the down GEMM then sees
+// rows of clamped activations and of activations near 2^-40).
+TEST(MoeForwardFp16, RowsFarOutsideFp16RangeMatchReference) {
+  DSV4_SKIP_WITHOUT_GPU();
+  constexpr int kM = 5;
+  MoeSetup& s = setup();
+  std::vector<float> x = random_bf16_values(int64_t(kM) * kHidden, 7100, 1.0f);
+  for (int i = 0; i < kHidden; ++i) {  // exponent changes only: still bf16 values
+    x[size_t(i)] = std::ldexp(x[size_t(i)], 20);
+    x[size_t(kHidden + i)] = std::ldexp(x[size_t(kHidden + i)], -20);
+    x[size_t(2 * kHidden + i)] = 0.0f;
+    if (i % 64 == 0) x[size_t(3 * kHidden + i)] = std::ldexp(x[size_t(3 * kHidden + i)], 24);
+  }
+  const RunResult r = run_moe(s.weights(false), x, {}, kM);
+  const auto routes = check_routing(r, x, {}, kM, s.gate_h, s.bias_h.data(), "range");
+  check_output(r, x, kM, routes, "range");
+}
+
 TEST(MoeRouting, ExactTiesGoToTheLowestExpertIndex) {
   DSV4_SKIP_WITHOUT_GPU();
   MoeSetup& s = setup();

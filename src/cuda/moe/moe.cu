@@ -221,7 +221,6 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   r.tile_counters = ws.route_tile_counters_;
   r.done_counter = ws.route_done_;
   r.tiles = ws.tiles_.as<int4>();
-  r.tile_slots = max_tiles - n_shared_tiles;  // the GEMM grids' routed blocks (grid.z past the shared tiles)
   r.n_tiles = ws.n_tiles_;
   r.sorted_token = ws.sorted_token_.as<int>();
   r.sorted_weight = ws.sorted_weight_.as<float>();

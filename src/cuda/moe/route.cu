@@ -225,12 +225,15 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
     }
   }
   __syncthreads();
-  for (int e = tid; e < kRouterExperts; e += kThreads) s_cur[e] = s_off[e];
-  // Slots past the routed tiles: no rows (the decode GEMMs read one entry, not n_tiles too).
-  for (int i = s_toff[kShared] + tid; i < p.tile_slots; i += kThreads) p.tiles[i] = make_int4(0, 0, 0, -1);
+  for (int e = tid; e < kRouterExperts; e += kThreads) {
+    const int cnt = s_cnt[e];
+#pragma unroll 1
+    for (int j = 0; j * bm < cnt; ++j) p.tiles[s_toff[e] + j] = make_int4(e, s_off[e] + j * bm, min(bm, cnt - j * bm), 0);
+    s_cur[e] = s_off[e];
+  }
   __syncthreads();
   // Order inside an expert is arrival order: rows are independent in the GEMMs, so it does not
-  // change any value. The pair that lands on a tile's first row writes the tile (with its token).
+  // change any value.
 #pragma unroll 1
   for (int i = tid; i < n_pairs; i += kThreads) {
     const int t = i / top_k, e = load_sel<kSmem>(sel_ids + i);
@@ -238,8 +241,6 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
     p.sorted_token[pos] = t;
     p.sorted_weight[pos] = load_sel<kSmem>(sel_w + i);
     p.token_pairs[int64_t(t) * (top_k + 1) + (i % top_k)] = pos;
-    const int j = (pos - s_off[e]) / bm;
-    if (pos - s_off[e] == j * bm) p.tiles[s_toff[e] + j] = make_int4(e, pos, min(bm, s_cnt[e] - j * bm), t);
   }
 #pragma unroll 1
   for (int t = tid; t < m; t += kThreads) {
@@ -258,7 +259,6 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
 // are independent in the GEMMs, so no value changes).
 __device__ void group_one_token(const RouteKernelArgs& p, const int* sel_ids, const float* sel_w, int lane) {
   const int top_k = p.top_k;
-  for (int i = top_k + lane; i < p.tile_slots; i += 32) p.tiles[i] = make_int4(0, 0, 0, -1);
   if (lane <= top_k) {
     if (lane < top_k) p.tiles[lane] = make_int4(sel_ids[lane], lane, 1, 0);
     p.sorted_token[lane] = 0;

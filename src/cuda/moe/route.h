@@ -31,10 +31,7 @@ struct RouteKernelArgs {
   float* topk_w = nullptr;                // f32 [M, top_k]
   int* tile_counters = nullptr;           // i32 [M] zero
   int* done_counter = nullptr;            // i32 [1] zero
-  int4* tiles = nullptr;                  // out: i32x4 [tile_slots]: (expert, first sorted row, rows,
-                                          // token of the first row) of routed experts; entries past
-                                          // n_tiles are (0, 0, 0, -1): no rows
-  int tile_slots = 0;                     // entries of tiles the GEMM grids read (routed tile bound)
+  int4* tiles = nullptr;                  // out: (expert, first sorted row, rows, 0) of routed experts
   int* n_tiles = nullptr;                 // out: i32 [1], routed tiles (the shared expert's are static)
   int* sorted_token = nullptr;            // out: i32 [M (top_k + 1)]
   float* sorted_weight = nullptr;         // out: f32 [M (top_k + 1)]

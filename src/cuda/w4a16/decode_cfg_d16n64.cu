@@ -3,5 +3,5 @@
 #include "cuda/w4a16/decode_kernel.cuh"
 
 namespace dsv4::cuda::w4a16_detail {
-DSV4_DEFINE_DECODE_CONFIG(d16n64, 1, 1, 8)
+DSV4_DEFINE_DECODE_CONFIG(d16n64, 1, 1, 8, false)
 }  // namespace dsv4::cuda::w4a16_detail

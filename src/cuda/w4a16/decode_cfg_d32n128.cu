@@ -3,5 +3,5 @@
 #include "cuda/w4a16/decode_kernel.cuh"
 
 namespace dsv4::cuda::w4a16_detail {
-DSV4_DEFINE_DECODE_CONFIG(d32n128, 2, 2, 4)
+DSV4_DEFINE_DECODE_CONFIG(d32n128, 2, 2, 4, false)
 }  // namespace dsv4::cuda::w4a16_detail

@@ -25,6 +25,15 @@
 //     the 8 columns of B, so a group takes 32 mmas instead of 72 and half the accumulators, and
 //     the correction sums come from s_xsum (computed once per block) instead of a ones-mma.
 //     MoE layer at M = 1: 45.2 -> 43.4 us, M = 16: 324 -> 306 us (bench/results/NOTES.md).
+//   - The MoE GEMMs' instantiations (kF16, FM = 1) run those tiles in fp16: fp16 has room for a
+//     code in mantissa bits 4-7 as well as 0-3, so a word takes 5 integer instructions instead
+//     of 7 (dequant_word_f16: exact q - 8 after two fp16 ops on the FMA pipe, which this loop
+//     leaves idle; the ALU pipe is what bounds it at 16 warps per SM), and no correction sums.
+//     The A block is converted in smem once per block, each row scaled into fp16's top binade by
+//     a power of two (row_scale_down in ptx.cuh: exact whatever the row's range; only values
+//     2^29 below the row's largest lose bits). MoE layer at M = 1: 41.9 -> 39.8 us, M = 16:
+//     303 -> 287 us. The dense GEMMs keep bf16: a short K range per block, where the conversion
+//     pass is on the critical path, made them ~0.6 us slower at M = 1 (NOTES.md).
 //   - The WK warps of a tile add their sums through smem in wk order; split-K over blocks
 //     (grid.y) and the epilogues (GemmMode) are as in the tiled kernel: fp32 partials, the last
 //     block to arrive adds them in split order (deterministic); where the measured table asks
@@ -75,19 +84,20 @@ __device__ __forceinline__ void cp_async_wait_upto(int pending) {
   }
 }
 
-template <int FM, int WN, int WK>
+template <int FM, int WN, int WK, bool kF16>
 __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBlocks)
     w4a16_decode_kernel(const GemmKernelArgs p) {
+  static_assert(!kF16 || FM == 1, "fp16 tiles are the swapped ones (at most 8 rows)");
   using T = DecodeTraits<FM, WN, WK>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int s_last;
-  __shared__ int4 s_route_tile;
-  __shared__ int s_row_token[T::kBM];  // kMoeDown: token of row r (the combine's table)
-  __shared__ int s_pairs[T::kBM * kMaxPairsPerToken];  // kMoeDown: sorted rows of row r's token
+  __shared__ int s_row_token[T::kBM];
   __shared__ int64_t s_arow[T::kBM];  // element offset of A row r in p.a
-  // Swapped-operand tiles (FM = 1, at most 8 rows): -136 x the fp32 sum of A row r over group gl
-  // of the block's K range at [r * kSwapMaxGroups + gl].
-  __shared__ float s_xsum[FM == 1 ? 8 * kSwapMaxGroups : 1];
+  // Swapped-operand tiles (FM = 1, at most 8 rows): fp32 sum of A row r over group gl of the
+  // block's K range at [r * kSwapMaxGroups + gl].
+  __shared__ float s_xsum[FM == 1 && !kF16 ? 8 * kSwapMaxGroups : 1];
+  // kF16: the largest bf16 exponent field of A row r (at most 8 rows: the fp16 tiles).
+  __shared__ unsigned s_row_exp[kF16 ? 8 : 1];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ __align__(8) uint64_t s_bar[T::kWarps * kDecodeMaxStages];  // the warps' slot mbarriers
 #endif
@@ -102,9 +112,9 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   // for the router (their tile list); the down GEMM launches only after every block of this grid
   // waited (pdl_wait triggers the dependents) or exited, so it may read the tile list before its
   // own wait (the router has completed by then).
-  int expert = 0, row_begin = 0, rows = 0, token0 = 0;  // token0: token of the first row (MoE)
+  int expert = 0, row_begin = 0, rows = 0;
   bool shared_tile = false;
-  if (p.mode == GemmMode::kDense) {
+  if (!kF16 && p.mode == GemmMode::kDense) {  // the fp16 twins run the MoE GEMMs only
     row_begin = z * T::kBM;
     rows = min(T::kBM, p.m - row_begin);
   } else if (z < p.n_shared_tiles) {
@@ -114,24 +124,19 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
     rows = min(p.shared_tile_rows, p.m - z * p.shared_tile_rows);
   } else {
     if (p.mode == GemmMode::kMoeUp) pdl_wait();
-    // One thread reads the tile and the block shares it: every routed block reads the same
-    // line of the router's list right after the router completes, so one request per block
-    // instead of one per warp; and the entry alone says whether it has rows (one round trip).
-    if (tid == 0) s_route_tile = __ldcg(p.tiles + (z - p.n_shared_tiles));
-    __syncthreads();
-    const int4 tile = s_route_tile;
+    const int t = z - p.n_shared_tiles;
     // Fixed grid for a batch size; fewer tiles this step. In the down GEMM these blocks exit
     // without waiting (waiting would park them on SMs the running gate/up GEMM needs): the grid
     // still completes only after its predecessor because the shared-expert tiles (always at
     // least one: m >= 1) do wait.
-    if (tile.z == 0) {
+    if (t >= __ldcg(p.n_tiles)) {
       trace_stamp(p.trace, 3);
       return;
     }
+    const int4 tile = __ldcg(p.tiles + t);
     expert = tile.x;
     row_begin = tile.y;
     rows = tile.z;
-    token0 = tile.w;
   }
   const uint4* wbase;
   const __half* sbase;
@@ -214,35 +219,14 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   // (the previous kernel) lets its dependents launch only after its own wait.
   if (p.mode != GemmMode::kMoeUp) pdl_wait();
   trace_stamp(p.trace, 1);
-  // The row table, and what the MoE epilogues need of the router's lists, read now (their round
-  // trips overlap the A block's) rather than in the tail. Row 0's token comes with the tile.
+  if (kF16 && tid < 8) s_row_exp[tid] = 0;
   if (tid < rows) {
     int64_t arow = row_begin + tid;
-    if (p.mode != GemmMode::kDense) {
-      const int token = shared_tile ? row_begin - p.shared_row0 + tid
-                        : tid == 0  ? token0
-                                    : __ldcg(p.sorted_token + row_begin + tid);
-      if (p.mode == GemmMode::kMoeUp) {
-        arow = token;
-      } else {
-        s_row_token[tid] = token;
-      }
-    }
+    if (p.mode == GemmMode::kMoeUp)
+      arow = shared_tile ? int64_t(row_begin - p.shared_row0 + tid) : int64_t(__ldcg(p.sorted_token + row_begin + tid));
     s_arow[tid] = arow * p.lda + int64_t(g_begin) * 128;
   }
   __syncthreads();
-  // kMoeDown: the pair rows of each row's token, for the combine (held through the A block's
-  // loads): rows x pairs_per_token <= 32 x 9 entries, two per thread.
-  static_assert(2 * T::kThreads >= T::kBM * kMaxPairsPerToken, "two pair entries per thread");
-  const int n_pair_entries = p.mode == GemmMode::kMoeDown ? rows * p.pairs_per_token : 0;
-  int pair_row[2] = {0, 0};
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int idx = tid + h * T::kThreads;
-    if (idx < n_pair_entries)
-      pair_row[h] = __ldcg(p.token_pairs + int64_t(s_row_token[idx / p.pairs_per_token]) * p.pairs_per_token +
-                           idx % p.pairs_per_token);
-  }
   {
     // rows x (n_groups 16) chunks of 16 bytes, 8 loads in flight per thread, XOR-swizzled
     // within 128 bytes so that ldmatrix rows hit distinct banks.
@@ -264,15 +248,10 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
         if (idx < total) {
           const int r = idx / cpr, c = idx - r * cpr;
           *reinterpret_cast<uint4*>(smem + a_off + r * a_row_bytes + ((c ^ (r & 7)) << 4)) = v[j];
+          if (kF16 && rows <= 8) atomicMax(&s_row_exp[r], bf16x8_max_exponent(v[j]));
         }
       }
     }
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int idx = tid + h * T::kThreads;
-    if (idx < n_pair_entries)
-      s_pairs[(idx / p.pairs_per_token) * kMaxPairsPerToken + idx % p.pairs_per_token] = pair_row[h];
   }
   __syncthreads();
 
@@ -288,28 +267,55 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
 
   // Tiles of at most 8 rows swap the mma operands (see the file header): block-uniform.
   bool swapped = false;
-  if constexpr (FM == 1) swapped = rows <= 8 && n_groups <= kSwapMaxGroups;
+  if constexpr (kF16) {
+    swapped = rows <= 8;
+  } else if constexpr (FM == 1) {
+    swapped = rows <= 8 && n_groups <= kSwapMaxGroups;
+  }
   int slot = 0;
   if (swapped) {
-    // Row sums per group, 16 threads per (row, group): in-thread over 8 values, then a fixed
-    // butterfly (deterministic). Whole warps iterate so that the shuffles see every lane.
-    const int total = rows * n_groups;
-    for (int base = 0; base < total; base += T::kThreads / 16) {
-      const int pair = base + (tid >> 4);
-      const int r = pair / n_groups, gl = pair - r * n_groups;
-      float sum = 0.0f;
-      if (pair < total) {
-        const int c = gl * 16 + (tid & 15);
-        const uint4 v = *reinterpret_cast<const uint4*>(smem + a_off + r * a_row_bytes + ((c ^ (r & 7)) << 4));
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    if constexpr (kF16) {
+      // The A block becomes fp16 in place, each row scaled into fp16's top binade by a power of two
+      // (row_scale_down; exact), its results scaled back after the K loop (row_scale_up).
+      const int chunks_per_row = n_groups * 16;
+      for (int r = 0; r < rows; ++r) {
+        const float f = row_scale_down(s_row_exp[r]);
+        for (int c = tid; c < chunks_per_row; c += T::kThreads) {
+          uint4* chunk = reinterpret_cast<uint4*>(smem + a_off + r * a_row_bytes + ((c ^ (r & 7)) << 4));
+          const uint4 v = *chunk;
+          const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+          uint32_t h[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) sum += __uint_as_float(w[j] << 16) + __uint_as_float(w[j] & 0xffff0000u);
+          for (int j = 0; j < 4; ++j) {
+            const __half2 hv =
+                __floats2half2_rn(__uint_as_float(w[j] << 16) * f, __uint_as_float(w[j] & 0xffff0000u) * f);
+            h[j] = *reinterpret_cast<const uint32_t*>(&hv);
+          }
+          *chunk = make_uint4(h[0], h[1], h[2], h[3]);  // this thread alone reads and writes chunk c
+        }
       }
+      __syncthreads();
+    } else {
+      // Row sums per group, 16 threads per (row, group): in-thread over 8 values, then a fixed
+      // butterfly (deterministic). Whole warps iterate so that the shuffles see every lane.
+      const int total = rows * n_groups;
+      for (int base = 0; base < total; base += T::kThreads / 16) {
+        const int pair = base + (tid >> 4);
+        const int r = pair / n_groups, gl = pair - r * n_groups;
+        float sum = 0.0f;
+        if (pair < total) {
+          const int c = gl * 16 + (tid & 15);
+          const uint4 v = *reinterpret_cast<const uint4*>(smem + a_off + r * a_row_bytes + ((c ^ (r & 7)) << 4));
+          const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-      for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      if (pair < total && (tid & 15) == 0) s_xsum[r * kSwapMaxGroups + gl] = -kCodeOffset * sum;
+          for (int j = 0; j < 4; ++j) sum += __uint_as_float(w[j] << 16) + __uint_as_float(w[j] & 0xffff0000u);
+        }
+#pragma unroll
+        for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        if (pair < total && (tid & 15) == 0) s_xsum[r * kSwapMaxGroups + gl] = sum;
+      }
+      __syncthreads();
     }
-    __syncthreads();
 
     // D^T = W^T-tile . A^T: the weight group is the 16 x 16 A operand (four per k16 slice: rows
     // 0-7 are 8-column sub-tile 2w, rows 8-15 sub-tile 2w + 1, the same registers the normal
@@ -331,13 +337,11 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
       const unsigned char* sl = smem + ring_off + slot * kDecodeSlotBytes;
       const uint4* bq = reinterpret_cast<const uint4*>(sl);
       const int gl = wk + i * WK;
-      // The group's sums start from the -136 sum(a) correction of their row (the mma adds C).
-      const float rs[2] = {s_xsum[r0 + gl], s_xsum[r1 + gl]};
       float g4[4][4];
 #pragma unroll
       for (int w = 0; w < 4; ++w)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) g4[w][e] = rs[e & 1];
+        for (int e = 0; e < 4; ++e) g4[w][e] = 0.0f;
       // Unrolled by 2, not 4: fully unrolled, ptxas hoists the loads of all 8 slices and the
       // sm_86 build spills (the sm_90 one does not, and is not faster: wo_b M = 1 9.7 vs 9.0 us).
 #pragma unroll 2
@@ -351,9 +355,15 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
 #pragma unroll
           for (int w = 0; w < 4; ++w) {
             uint32_t b[4];
-            dequant_word_offset(qw[w], b);
-            const uint32_t wa[4] = {b[0], b[2], b[1], b[3]};
-            mma_bf16(g4[w], wa, xb[2 * kk], xb[2 * kk + 1]);
+            if constexpr (kF16) {
+              dequant_word_f16(qw[w], b);
+              const uint32_t wa[4] = {b[0], b[2], b[1], b[3]};
+              mma_f16(g4[w], wa, xb[2 * kk], xb[2 * kk + 1]);
+            } else {
+              dequant_word_offset(qw[w], b);
+              const uint32_t wa[4] = {b[0], b[2], b[1], b[3]};
+              mma_bf16(g4[w], wa, xb[2 * kk], xb[2 * kk + 1]);
+            }
           }
         }
       }
@@ -362,12 +372,21 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
       const uint4 v0 = sp[0], v1 = sp[1];
       const uint32_t sw[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
       const int sh = (g & 1) * 16;
+      float rs[2] = {0.0f, 0.0f};  // bf16 tiles: the -136 sum(a) correction of the lane's rows
+      if constexpr (!kF16) {
+        rs[0] = -kCodeOffset * s_xsum[r0 + gl];
+        rs[1] = -kCodeOffset * s_xsum[r1 + gl];
+      }
 #pragma unroll
       for (int w = 0; w < 4; ++w)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float sc = __half2float(__ushort_as_half((unsigned short)(sw[2 * w + (e >> 1)] >> sh)));
-          sacc[w][e] = fmaf(sc, g4[w][e], sacc[w][e]);
+          if constexpr (kF16) {
+            sacc[w][e] = fmaf(sc, g4[w][e], sacc[w][e]);
+          } else {
+            sacc[w][e] = fmaf(sc, g4[w][e] + rs[e & 1], sacc[w][e]);
+          }
         }
       __syncwarp();  // every lane is done with the slot before it is refilled
       if (i + stages < n_items) issue(i + stages, slot);
@@ -380,7 +399,11 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
 #pragma unroll
     for (int w = 0; w < 4; ++w)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) tr[(2 * q + (e & 1)) * kSwapPitch + 16 * w + g + 8 * (e >> 1)] = sacc[w][e];
+      for (int e = 0; e < 4; ++e) {
+        float v = sacc[w][e];
+        if constexpr (kF16) v *= row_scale_up(s_row_exp[min(2 * q + (e & 1), rows - 1)]);
+        tr[(2 * q + (e & 1)) * kSwapPitch + 16 * w + g + 8 * (e >> 1)] = v;
+      }
     __syncwarp();
 #pragma unroll
     for (int s = 0; s < 8; ++s)
@@ -661,16 +684,16 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   }
 
   // MoE combine: when a token's last pair row of this column block is written, sum its rows.
-  if (p.mode == GemmMode::kMoeDown) moe_combine<T::kBN, T::kThreads>(p, row_begin, rows, s_row_token, s_pairs);
+  if (p.mode == GemmMode::kMoeDown) moe_combine<T::kBN, T::kThreads>(p, row_begin, rows, s_row_token);
   trace_stamp(p.trace, 3);
 }
 
 // Entry points of one decode configuration (used by decode_cfg_*.cu). The dynamic smem limit is
 // raised to the device maximum once; each launch passes its own size.
-#define DSV4_DEFINE_DECODE_CONFIG(name, FM, WN, WK)                                                  \
+#define DSV4_DEFINE_DECODE_CONFIG(name, FM, WN, WK, F16)                                             \
   Status query_gemm_##name(GemmConfigInfo* info) {                                                   \
     using T = DecodeTraits<FM, WN, WK>;                                                              \
-    auto* kernel = &w4a16_decode_kernel<FM, WN, WK>;                                                 \
+    auto* kernel = &w4a16_decode_kernel<FM, WN, WK, F16>;                                            \
     DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());                             \
     cudaFuncAttributes attr{};                                                                       \
     DSV4_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes(" #name ")")); \
@@ -697,7 +720,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   }                                                                                                  \
   Status launch_gemm_##name(const GemmKernelArgs& args, dim3 grid, size_t smem, cudaStream_t stream, bool pdl) { \
     using T = DecodeTraits<FM, WN, WK>;                                                              \
-    return launch_kernel(&w4a16_decode_kernel<FM, WN, WK>, grid, dim3(T::kThreads), smem, stream, pdl, args, \
+    return launch_kernel(&w4a16_decode_kernel<FM, WN, WK, F16>, grid, dim3(T::kThreads), smem, stream, pdl, args, \
                          "w4a16_decode_kernel(" #name ")",                                           \
                          unsigned(args.cluster_splits > 1 ? args.cluster_splits : 1));               \
   }

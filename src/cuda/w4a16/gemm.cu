@@ -31,11 +31,25 @@ std::mutex g_mu;
 GemmConfigInfo g_info[kMaxDevices][kNumGemmConfigs];
 bool g_have[kMaxDevices][kNumGemmConfigs] = {};
 
+// d16n128 and d16n256 have fp16 twins for the MoE GEMMs (launch_gemm): the configuration's info
+// is the bf16 kernel's (the twin has less static smem, the same register bound), and the twin's
+// query raises its own shared-memory limit.
+Status query_with_twin(Status (*query_bf16)(GemmConfigInfo*), Status (*query_f16)(GemmConfigInfo*),
+                       GemmConfigInfo* info) {
+  GemmConfigInfo twin;
+  DSV4_RETURN_IF_ERROR(query_f16(&twin));
+  DSV4_RETURN_IF_ERROR(query_bf16(info));
+  if (twin.blocks_per_sm < info->blocks_per_sm || twin.static_smem > info->static_smem)
+    return internal_error("W4A16 decode fp16 twin: {} blocks per SM and {} B static smem, the config {} and {}",
+                          twin.blocks_per_sm, twin.static_smem, info->blocks_per_sm, info->static_smem);
+  return Status::ok();
+}
+
 Status query(GemmConfig cfg, GemmConfigInfo* info) {
   switch (cfg) {
     case GemmConfig::kD16N64: return query_gemm_d16n64(info);
-    case GemmConfig::kD16N128: return query_gemm_d16n128(info);
-    case GemmConfig::kD16N256: return query_gemm_d16n256(info);
+    case GemmConfig::kD16N128: return query_with_twin(query_gemm_d16n128, query_gemm_d16n128_f16, info);
+    case GemmConfig::kD16N256: return query_with_twin(query_gemm_d16n256, query_gemm_d16n256_f16, info);
     case GemmConfig::kD32N128: return query_gemm_d32n128(info);
     case GemmConfig::kD32N256: return query_gemm_d32n256(info);
     case GemmConfig::kM64: return query_gemm_m64(info);
@@ -281,8 +295,13 @@ bool use_pdl(int64_t blocks, int splits, const GemmConfigInfo& ci, const DeviceI
 Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args, dim3 grid, size_t smem, cudaStream_t stream, bool pdl) {
   switch (cfg) {
     case GemmConfig::kD16N64: return launch_gemm_d16n64(args, grid, smem, stream, pdl);
-    case GemmConfig::kD16N128: return launch_gemm_d16n128(args, grid, smem, stream, pdl);
-    case GemmConfig::kD16N256: return launch_gemm_d16n256(args, grid, smem, stream, pdl);
+    // The MoE GEMMs' tiles of at most 8 rows run in fp16 (decode_kernel.cuh); dense ones in bf16.
+    case GemmConfig::kD16N128:
+      return args.mode == GemmMode::kDense ? launch_gemm_d16n128(args, grid, smem, stream, pdl)
+                                           : launch_gemm_d16n128_f16(args, grid, smem, stream, pdl);
+    case GemmConfig::kD16N256:
+      return args.mode == GemmMode::kDense ? launch_gemm_d16n256(args, grid, smem, stream, pdl)
+                                           : launch_gemm_d16n256_f16(args, grid, smem, stream, pdl);
     case GemmConfig::kD32N128: return launch_gemm_d32n128(args, grid, smem, stream, pdl);
     case GemmConfig::kD32N256: return launch_gemm_d32n256(args, grid, smem, stream, pdl);
     case GemmConfig::kM64: return launch_gemm_m64(args, grid, smem, stream, pdl);

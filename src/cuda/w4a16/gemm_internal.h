@@ -53,9 +53,8 @@ struct GemmKernelArgs {
   int shared_row0 = 0;               // first sorted row of the shared expert: M top_k
   int shared_tile_rows = 0;          // decode kernels: rows per shared tile (the router's block
                                      // rows, <= BM); the tiled kernels use BM (block rows == BM)
-  const int4* tiles = nullptr;       // i32x4 [max_tiles]: expert, first sorted row, rows, token of
-                                     // the first row; rows 0 past n_tiles (decode blocks exit)
-  const int* n_tiles = nullptr;      // i32 [1]: valid entries of tiles (tiled blocks past it exit)
+  const int4* tiles = nullptr;       // i32x4 [max_tiles]: expert, first sorted row, rows, unused
+  const int* n_tiles = nullptr;      // i32 [1]: valid entries of tiles (blocks past it exit)
   const int* sorted_token = nullptr; // i32 [pairs]: token of each sorted row
   const float* sorted_weight = nullptr;  // f32 [pairs]: routing weight of each sorted row
   const int* token_pairs = nullptr;  // i32 [M, pairs_per_token]: sorted rows of a token, routed
@@ -117,6 +116,8 @@ DSV4_DECLARE_GEMM_CONFIG(d16n128)
 DSV4_DECLARE_GEMM_CONFIG(d16n256)
 DSV4_DECLARE_GEMM_CONFIG(d32n128)
 DSV4_DECLARE_GEMM_CONFIG(d32n256)
+DSV4_DECLARE_GEMM_CONFIG(d16n128_f16)  // the MoE GEMMs' fp16 twins of d16n128 and d16n256
+DSV4_DECLARE_GEMM_CONFIG(d16n256_f16)  // (decode_kernel.cuh, kF16); launch_gemm picks them
 DSV4_DECLARE_GEMM_CONFIG(m64)
 DSV4_DECLARE_GEMM_CONFIG(m128)
 DSV4_DECLARE_GEMM_CONFIG(wg128)  // wg128, wg256: defined in wgmma_kernel.cu, or as stubs

@@ -32,17 +32,13 @@ inline constexpr int kMaxPairsPerToken = 9;  // top_k <= 8 routed experts + the 
 // combine costs two L2 round trips instead of two per pair (decode: the combine is the MoE
 // layer's tail, 14 dependent loads at top_k 6); it holds ~45 more registers, which the wgmma
 // kernel's producer threads (40 registers, they join its epilogue) do not have.
-// s_pairs: null, or the sorted rows of each row's token read ahead by the caller (row r's at
-// [r * kMaxPairsPerToken], and then s_row_token holds the tokens on entry): the tail is one L2
-// round trip shorter for each.
 template <int kCols, int kThreads, bool kBatched = true>
-__device__ __forceinline__ void moe_combine(const GemmKernelArgs& p, int row_begin, int rows, int* s_row_token,
-                                            const int* s_pairs = nullptr) {
+__device__ __forceinline__ void moe_combine(const GemmKernelArgs& p, int row_begin, int rows, int* s_row_token) {
   const int tid = threadIdx.x;
   __threadfence();
   __syncthreads();
   if (tid < rows) {
-    const int token = s_pairs != nullptr ? s_row_token[tid] : __ldcg(p.sorted_token + row_begin + tid);
+    const int token = __ldcg(p.sorted_token + row_begin + tid);
     int* cnt = p.combine_counters + int64_t(token) * gridDim.x + blockIdx.x;
     const int old = atomicAdd(cnt, 1);
     const bool last = old == p.pairs_per_token - 1;
@@ -74,7 +70,7 @@ __device__ __forceinline__ void moe_combine(const GemmKernelArgs& p, int row_beg
       int pos[kMaxPairsPerToken];
 #pragma unroll
       for (int kp = 0; kp < kMaxPairsPerToken; ++kp)
-        if (kp < p.pairs_per_token) pos[kp] = s_pairs != nullptr ? s_pairs[r * kMaxPairsPerToken + kp] : __ldcg(pairs + kp);
+        if (kp < p.pairs_per_token) pos[kp] = __ldcg(pairs + kp);
       uint4 v[kMaxPairsPerToken];
 #pragma unroll
       for (int kp = 0; kp < kMaxPairsPerToken; ++kp)

@@ -19,6 +19,7 @@ using mma::cp_async_commit;
 using mma::cp_async_wait;
 using mma::ldmatrix_x4;
 using mma::mma_bf16;
+using mma::mma_f16;
 using mma::pack_bf16x2;
 using mma::round_bf16;
 using mma::smem_u32;
@@ -61,6 +62,53 @@ __device__ __forceinline__ void dequant_word_offset(uint32_t q, uint32_t (&out)[
 }
 inline constexpr uint32_t kBf16x2Ones = 0x3F803F80u;
 inline constexpr float kCodeOffset = 136.0f;  // 128 (magic exponent) + 8 (GPTQ zero point)
+
+__device__ __forceinline__ uint32_t sub_f16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t fma_f16x2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// One packed word -> four fp16x2 registers holding q - 8 exactly, with 5 integer instructions
+// instead of dequant_word_offset's 7: fp16 has room for a code in mantissa bits 4-7 as well as
+// 0-3, so only one shift is needed. (q & 0xF) | 0x6400 is the fp16 1024 + q, less 1032; a code
+// in bits 4-7 gives 1024 + 16 q, times 1/16 less 72. The two fp16 ops run on the FMA pipe, which
+// the ALU-bound decode loop leaves idle. Same register order as dequant_word_offset.
+__device__ __forceinline__ void dequant_word_f16(uint32_t q, uint32_t (&out)[4]) {
+  constexpr uint32_t kLo = 0x000F000Fu, kHi = 0x00F000F0u, kMagic = 0x64006400u;  // fp16 1024
+  constexpr uint32_t k1032 = 0x64086408u, kSixteenth = 0x2C002C00u, kMinus72 = 0xD480D480u;
+  const uint32_t t = q >> 8;
+  out[0] = sub_f16x2(lop3_and_or(q, kLo, kMagic), k1032);
+  out[1] = fma_f16x2(lop3_and_or(q, kHi, kMagic), kSixteenth, kMinus72);
+  out[2] = sub_f16x2(lop3_and_or(t, kLo, kMagic), k1032);
+  out[3] = fma_f16x2(lop3_and_or(t, kHi, kMagic), kSixteenth, kMinus72);
+}
+
+// The largest exponent field (bits 7-14) of 8 bf16 values.
+__device__ __forceinline__ unsigned bf16x8_max_exponent(uint4 v) {
+  constexpr uint32_t kExp = 0x7F807F80u;
+  const uint32_t m = __vmaxu2(__vmaxu2(v.x & kExp, v.y & kExp), __vmaxu2(v.z & kExp, v.w & kExp));
+  return max(m & 0xffffu, m >> 16);
+}
+// Block floating point for the fp16 tiles: a row whose largest exponent field is f is scaled by
+// 2^-e, e = f - 142, which puts its largest values in fp16's top binade [2^15, 65280] (bf16 keeps
+// 8 significant bits, so they stay below fp16's 65504), and its results by 2^e; both exact. e is
+// clamped to [-100, 113]: zero rows, and inf and nan rows stay inf and nan. Values more than 2^29
+// below the row's largest lose bits as fp16 subnormals.
+__device__ __forceinline__ int row_f16_exponent(unsigned max_exp_field) {
+  return min(max(int(max_exp_field >> 7) - 142, -100), 113);
+}
+__device__ __forceinline__ float row_scale_down(unsigned max_exp_field) {
+  return __int_as_float((127 - row_f16_exponent(max_exp_field)) << 23);
+}
+__device__ __forceinline__ float row_scale_up(unsigned max_exp_field) {
+  return __int_as_float((127 + row_f16_exponent(max_exp_field)) << 23);
+}
 
 // Global loads that bypass L1: data written by the previous kernel of a PDL chain (L1 is not
 // coherent, and a co-resident block of another grid may have cached an older copy).
