@@ -389,6 +389,9 @@ json moe_timeline(Ctx& c, int m, int launches, const std::function<void(int, con
   return out;
 }
 
+// Batch sizes whose MoE layer also gets a per-block timeline (--moe-timeline-ms).
+std::vector<int> g_moe_timeline_ms = {1};
+
 json bench_moe(Ctx& c, const std::vector<int>& ms, const std::vector<int>& lab_ms, json* lab_rows) {
   constexpr int H = 4096, I = 2048, E = 256, K = 6;
   const int kLayers = g_profile ? 1 : 2, kInputs = g_profile ? 1 : 8;
@@ -527,7 +530,7 @@ json bench_moe(Ctx& c, const std::vector<int>& ms, const std::vector<int>& lab_m
     // The timeline of one call in a chain of whole layers, then in a chain of routers alone (no
     // expert weights streamed between them: the router's code and data stay in L2).
     for (int launches : {3, 1}) {
-      if (m != 1) break;
+      if (std::find(g_moe_timeline_ms.begin(), g_moe_timeline_ms.end(), m) == g_moe_timeline_ms.end()) break;
       std::printf("moe        M=%-5d timeline of a chain of %s\n", m, launches == 3 ? "layers" : "routers alone");
       r[launches == 3 ? "timeline" : "timeline_router_chain"] =
           moe_timeline(c, m, launches, [&](int i, const MoeDiagnosticLaunches* d) {
@@ -626,6 +629,7 @@ int main(int argc, char** argv) {
     else if (a == "--prefill-lab" && i + 1 < argc) prefill_lab_ms = parse_list(argv[++i]);
     else if (a == "--moe-ms" && i + 1 < argc) moe_ms_arg = parse_list(argv[++i]);
     else if (a == "--moe-lab-ms" && i + 1 < argc) moe_lab_ms = parse_list(argv[++i]);
+    else if (a == "--moe-timeline-ms" && i + 1 < argc) g_moe_timeline_ms = parse_list(argv[++i]);
     else if (a == "--shapes" && i + 1 < argc) {
       only_shapes = ",";
       only_shapes += argv[++i];
@@ -635,7 +639,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--out FILE] [--commit SHA] [--command STR] [--quick] [--profile] [--no-moe] [--no-dense]\n"
                    "          [--lab] [--lab-ms 1,16,32] [--moe-lab-ms 1,..] [--ms 1,16,..] [--moe-ms 1,..]\n"
-                   "          [--shapes wq_b,wo_b,..] [--prefill-lab 1024,4096]\n",
+                   "          [--shapes wq_b,wo_b,..] [--prefill-lab 1024,4096] [--moe-timeline-ms 1,..]\n",
                    argv[0]);
       return 2;
     }
