@@ -31,9 +31,10 @@
 //     leaves idle; the ALU pipe is what bounds it at 16 warps per SM), and no correction sums.
 //     The A block is converted in smem once per block, each row scaled into fp16's top binade by
 //     a power of two (row_scale_down in ptx.cuh: exact whatever the row's range; only values
-//     2^29 below the row's largest lose bits). MoE layer at M = 1: 41.9 -> 39.8 us, M = 16:
-//     303 -> 287 us. The dense GEMMs keep bf16: a short K range per block, where the conversion
-//     pass is on the critical path, made them ~0.6 us slower at M = 1 (NOTES.md).
+//     2^29 below the row's largest lose bits). MoE layer at M = 1: 42.1 -> 40.5 us, M = 16:
+//     303 -> 294 us; M = 4 loses 4%, its partial second wave being latency-bound (NOTES.md).
+//     The dense GEMMs keep bf16: a short K range per block, where the conversion pass is on
+//     the critical path, made them ~0.6 us slower at M = 1.
 //   - The WK warps of a tile add their sums through smem in wk order; split-K over blocks
 //     (grid.y) and the epilogues (GemmMode) are as in the tiled kernel: fp32 partials, the last
 //     block to arrive adds them in split order (deterministic); where the measured table asks
