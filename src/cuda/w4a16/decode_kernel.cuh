@@ -27,8 +27,9 @@
 //     MoE layer at M = 1: 45.2 -> 43.4 us, M = 16: 324 -> 306 us (bench/results/NOTES.md).
 //   - The MoE GEMMs' instantiations (kF16, FM = 1) run those tiles in fp16: fp16 has room for a
 //     code in mantissa bits 4-7 as well as 0-3, so a word takes 5 integer instructions instead
-//     of 7 (dequant_word_f16: exact q - 8 after two fp16 ops on the FMA pipe, which this loop
-//     leaves idle; the ALU pipe is what bounds it at 16 warps per SM), and no correction sums.
+//     of 7 (dequant_word_f16: exact q - 8 after two fp16 ops on the lightly used FMA pipe; the
+//     ALU pipe is what 16 warps on an SM contend for), and no correction sums. The fp16 ops
+//     lengthen each warp's chain: a wave of one block (8 warps) per SM can lose (M = 4).
 //     The A block is converted in smem once per block, each row scaled into fp16's top binade by
 //     a power of two (row_scale_down in ptx.cuh: exact whatever the row's range; only values
 //     2^29 below the row's largest lose bits). MoE layer at M = 1: 42.1 -> 40.5 us, M = 16:
@@ -94,8 +95,8 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   __shared__ int s_last;
   __shared__ int s_row_token[T::kBM];
   __shared__ int64_t s_arow[T::kBM];  // element offset of A row r in p.a
-  // Swapped-operand tiles (FM = 1, at most 8 rows): fp32 sum of A row r over group gl of the
-  // block's K range at [r * kSwapMaxGroups + gl].
+  // bf16 swapped-operand tiles (FM = 1, at most 8 rows): fp32 sum of A row r over group gl of
+  // the block's K range at [r * kSwapMaxGroups + gl].
   __shared__ float s_xsum[FM == 1 && !kF16 ? 8 * kSwapMaxGroups : 1];
   // kF16: the largest bf16 exponent field of A row r (at most 8 rows: the fp16 tiles).
   __shared__ unsigned s_row_exp[kF16 ? 8 : 1];

@@ -1,5 +1,6 @@
 // ptx.cuh: device helpers shared by the W4A16 GEMM kernels (gemm_kernel.cuh, decode_kernel.cuh):
-// cp.async, ldmatrix, mma.sync, the int4 -> bf16 conversions and the packed scale layout.
+// cp.async, ldmatrix, mma.sync, the int4 -> bf16 / fp16 conversions (with the fp16 tiles' row
+// scaling) and the packed scale layout.
 // SM80-level instructions, so every helper builds for sm_86 and sm_90; the cluster helpers exist
 // only for SM90 (the decode kernel's split-K fast path).
 #pragma once
@@ -78,7 +79,8 @@ __device__ __forceinline__ uint32_t fma_f16x2(uint32_t a, uint32_t b, uint32_t c
 // instead of dequant_word_offset's 7: fp16 has room for a code in mantissa bits 4-7 as well as
 // 0-3, so only one shift is needed. (q & 0xF) | 0x6400 is the fp16 1024 + q, less 1032; a code
 // in bits 4-7 gives 1024 + 16 q, times 1/16 less 72. The two fp16 ops run on the FMA pipe, which
-// the ALU-bound decode loop leaves idle. Same register order as dequant_word_offset.
+// the decode loop uses far less than the ALU pipe (ncu_moe_f16_05d321f.txt). Same register order
+// as dequant_word_offset.
 __device__ __forceinline__ void dequant_word_f16(uint32_t q, uint32_t (&out)[4]) {
   constexpr uint32_t kLo = 0x000F000Fu, kHi = 0x00F000F0u, kMagic = 0x64006400u;  // fp16 1024
   constexpr uint32_t k1032 = 0x64086408u, kSixteenth = 0x2C002C00u, kMinus72 = 0xD480D480u;
