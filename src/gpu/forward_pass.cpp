@@ -11,6 +11,13 @@
 namespace dsv4::gpu {
 namespace {
 
+// Small decode batches leave the mHC comb as logits, projected by the kernel that applies it
+// (ops.h HcComb: the Sinkhorn leaves the critical path); every mix of a step uses one mode, and
+// each producer is at least two launches before its consumer (sublayers have more kernels).
+cuda::HcComb comb_mode(int n_tokens) {
+  return n_tokens <= cuda::kHcLogitsMaxTokens ? cuda::HcComb::kLogits : cuda::HcComb::kProjected;
+}
+
 cuda::HcDims hc_dims(const ModelConfig& c) {
   cuda::HcDims d;
   d.hc = c.hc_mult;
@@ -53,8 +60,8 @@ Status ForwardPass::layers(const cuda::StepBatchView& b, TraceSink* trace) const
   // Layer 0's HCPre; every later HCPre is fused with the HCPost before it (ops.h hc_post_pre_norm).
   mark(StepCategory::kMhcNorm);
   const LayerDeviceWeights& L0 = w_.layers[0];
-  DSV4_RETURN_IF_ERROR(
-      cuda::hc_pre_norm(a_.X, b.n_tokens, L0.hc_attn, L0.attn_norm, hc_dims(cfg_), a_.x, a_.mix, stream_));
+  DSV4_RETURN_IF_ERROR(cuda::hc_pre_norm(a_.X, b.n_tokens, L0.hc_attn, L0.attn_norm, hc_dims(cfg_), a_.x, a_.mix,
+                                         stream_, comb_mode(b.n_tokens)));
   for (int l = 0; l < cfg_.n_layers; ++l) DSV4_RETURN_IF_ERROR(layer(l, b, trace).with_context(fmt::format("layer {}", l)));
   return Status::ok();
 }
@@ -68,7 +75,8 @@ Status ForwardPass::layer(int l, const cuda::StepBatchView& b, TraceSink* trace)
   DSV4_RETURN_IF_ERROR(attention(l, b, trace));
   // attention HCPost fused with the MoE sublayer's HCPre + ffn_norm
   mark(StepCategory::kMhcNorm);
-  DSV4_RETURN_IF_ERROR(cuda::hc_post_pre_norm(a_.X, a_.y, a_.mix, T, L.hc_ffn, L.ffn_norm, dims, a_.x, a_.mix, stream_));
+  DSV4_RETURN_IF_ERROR(cuda::hc_post_pre_norm(a_.X, a_.y, a_.mix, T, L.hc_ffn, L.ffn_norm, dims, a_.x, a_.mix,
+                                              stream_, comb_mode(T)));
 
   // MoE sublayer: router + experts + shared expert (bf16 y) -> HCPost
   cuda::MoeArgs m;
@@ -84,10 +92,14 @@ Status ForwardPass::layer(int l, const cuda::StepBatchView& b, TraceSink* trace)
     DSV4_RETURN_IF_ERROR(trace_copy(trace->experts[size_t(l)], ws_.moe.topk_ids(), int64_t(T) * cfg_.n_experts_per_tok,
                                     stream_));
   mark(StepCategory::kMhcNorm);
-  if (l + 1 == cfg_.n_layers) return cuda::hc_post(a_.X, a_.y, a_.mix, T, dims, stream_);
+  if (l + 1 == cfg_.n_layers) {
+    if (comb_mode(T) == cuda::HcComb::kLogits) DSV4_RETURN_IF_ERROR(cuda::hc_sinkhorn(a_.mix, T, dims, stream_));
+    return cuda::hc_post(a_.X, a_.y, a_.mix, T, dims, stream_);
+  }
   // MoE HCPost fused with the next layer's attention HCPre + attn_norm
   const LayerDeviceWeights& N = w_.layers[size_t(l + 1)];
-  return cuda::hc_post_pre_norm(a_.X, a_.y, a_.mix, T, N.hc_attn, N.attn_norm, dims, a_.x, a_.mix, stream_);
+  return cuda::hc_post_pre_norm(a_.X, a_.y, a_.mix, T, N.hc_attn, N.attn_norm, dims, a_.x, a_.mix, stream_,
+                                comb_mode(T));
 }
 
 Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* trace) const {

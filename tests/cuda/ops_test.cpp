@@ -431,6 +431,74 @@ TEST(Ops, HcPostPreNorm) {
   }
 }
 
+// ---- HcComb::kLogits ---------------------------------------------------------------------------
+
+// The decode chain with comb logits (ops.h HcComb): hc_pre_norm leaves the logits, the next
+// hc_post_pre_norm projects them in its prologue and leaves its own, hc_sinkhorn projects the
+// last ones. X, x and the final mix must equal the kProjected chain's bit for bit. The calls
+// are synchronized in between: the prologue reads post_mix before its PDL wait, which is only
+// safe when the producer is two launches back (the forward pass has whole sublayers there).
+TEST(Ops, HcCombLogits) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ModelConfig& c = flash();
+  const int D = c.hidden, n_mix = c.hc_mix(), n_mix_out = c.hc_mult + c.hc_mult * c.hc_mult;
+  const int64_t hcD = c.hc_dim();
+  const HcParams hp1 = random_hc_params(n_mix, 3, hcD, 17), hp2 = random_hc_params(n_mix, 3, hcD, 19);
+  const DeviceHcParams d_hp1(hp1), d_hp2(hp2);
+  DeviceBuffer d_norm_w = upload_vector(norm_weights(size_t(D), 18));
+  const float* nw = d_norm_w.as<float>();
+  for (int T : {1, 2, 3, 4}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const std::vector<float> X = random_bf16_values(T * hcD, 1600 + uint64_t(T), 1.0f);
+    const std::vector<float> y = random_bf16_values(int64_t(T) * D, 1700 + uint64_t(T), 1.0f);
+    DeviceBuffer d_y = upload_vector(to_bf16(y));
+    DeviceBuffer d_X[2] = {upload_vector(to_bf16(X)), upload_vector(to_bf16(X))};
+    DeviceBuffer d_mix[2] = {device_alloc(size_t(T) * n_mix_out * 4), device_alloc(size_t(T) * n_mix_out * 4)};
+    DeviceBuffer d_x[2] = {device_alloc(size_t(T) * D * 2), device_alloc(size_t(T) * D * 2)};
+    for (int k = 0; k < 2; ++k) {
+      poison(d_x[k]);
+      poison(d_mix[k]);
+      const HcComb mode = k == 0 ? HcComb::kProjected : HcComb::kLogits;
+      auto* Xk = d_X[k].as<__nv_bfloat16>();
+      auto* xk = d_x[k].as<__nv_bfloat16>();
+      float* mk = d_mix[k].as<float>();
+      DSV4_ASSERT_OK(hc_pre_norm(Xk, T, d_hp1.view(), nw, flash_hc_dims(), xk, mk, nullptr, mode));
+      DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+      DSV4_ASSERT_OK(hc_post_pre_norm(Xk, d_y.as<__nv_bfloat16>(), mk, T, d_hp2.view(), nw, flash_hc_dims(), xk, mk,
+                                      nullptr, mode));
+      DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+      if (mode == HcComb::kLogits) DSV4_ASSERT_OK(hc_sinkhorn(mk, T, flash_hc_dims(), nullptr));
+    }
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<float> m0 = download<float>(d_mix[0].get(), size_t(T) * n_mix_out);
+    const std::vector<float> m1 = download<float>(d_mix[1].get(), size_t(T) * n_mix_out);
+    const std::vector<uint16_t> x0 = download<uint16_t>(d_x[0].get(), size_t(T) * D);
+    const std::vector<uint16_t> x1 = download<uint16_t>(d_x[1].get(), size_t(T) * D);
+    const std::vector<uint16_t> X0 = download<uint16_t>(d_X[0].get(), size_t(T * hcD));
+    const std::vector<uint16_t> X1 = download<uint16_t>(d_X[1].get(), size_t(T * hcD));
+    int64_t mix_differ = 0, x_differ = 0, X_differ = 0, X_changed = 0;
+    for (size_t i = 0; i < m0.size(); ++i) mix_differ += std::memcmp(&m0[i], &m1[i], 4) != 0;
+    for (size_t i = 0; i < x0.size(); ++i) x_differ += x0[i] != x1[i];
+    for (size_t i = 0; i < X0.size(); ++i) X_differ += X0[i] != X1[i];
+    for (size_t i = 0; i < X0.size(); ++i) X_changed += X0[i] != f32_to_bf16(X[i]);
+    EXPECT_EQ(mix_differ, 0) << "comb projected in the prologue / by hc_sinkhorn = in the finish kernel";
+    EXPECT_EQ(x_differ, 0);
+    EXPECT_EQ(X_differ, 0) << "HCPost with the prologue's comb = with the finish kernel's";
+    EXPECT_GT(X_changed, int64_t(X0.size()) / 2) << "HCPost ran";
+    for (float v : m0) EXPECT_TRUE(std::isfinite(v));
+  }
+  // More tokens than a partials block projects, and argument checks.
+  DeviceBuffer big_X = device_alloc(size_t(5) * hcD * 2, true), big_x = device_alloc(size_t(5) * D * 2),
+               big_mix = device_alloc(size_t(5) * n_mix_out * 4, true);
+  EXPECT_FALSE(hc_pre_norm(big_X.as<__nv_bfloat16>(), kHcLogitsMaxTokens + 1, d_hp1.view(), nw, flash_hc_dims(),
+                           big_x.as<__nv_bfloat16>(), big_mix.as<float>(), nullptr, HcComb::kLogits)
+                   .is_ok());
+  EXPECT_FALSE(hc_sinkhorn(nullptr, 1, flash_hc_dims(), nullptr).is_ok());
+  HcDims bad = flash_hc_dims();
+  bad.sinkhorn_iters = 0;
+  EXPECT_FALSE(hc_sinkhorn(big_mix.as<float>(), 1, bad, nullptr).is_ok());
+}
+
 // ---- hc_head_norm -----------------------------------------------------------------------------
 
 TEST(Ops, HcHeadNorm) {

@@ -6,7 +6,9 @@
 //      sublayer's hc_post to the block's columns of X in place (bit-exact with hc_post);
 //   2. finish: one block per token sums the slices; a mixer warp computes rho and pre, then the
 //      post weights and the Sinkhorn comb (mix) while 16 worker warps collapse the streams, round
-//      to bf16 and apply the RMSNorm, overwriting x[t].
+//      to bf16 and apply the RMSNorm, overwriting x[t]. With HcComb::kLogits the mixer leaves the
+//      comb logits, and the next hc_post_pre_norm's partials kernel projects them in its prologue
+//      (or hc_sinkhorn, a launch of its own, does).
 // Numerics: the slice sums differ from the reference's dot only by fp32 summation order; the
 // collapse, the norm's products and the Sinkhorn use the reference's order and rounding points.
 // Both launch as programmatic dependents (pdl.cuh): the partials kernel loads its fn slice, the
@@ -32,6 +34,7 @@ constexpr int kMaxHc = 4;             // register arrays of the finish kernel
 static_assert(kMaxHc == kMixMaxHc, "the partials and the finish kernel cover the same streams");
 constexpr int kFinishWorkers = 512;   // finish threads that collapse: 8 columns per chunk
 constexpr int kFinishChunks = 1;      // D <= 512 * 8 = 4096 (Flash); registers allow 2 blocks per SM
+constexpr int kSinkhornWarps = 4;     // tokens per hc_sinkhorn block
 
 struct MixPartialsArgs {
   __nv_bfloat16* X;         // bf16 [*, hc*D] residual streams (updated in place with kPost)
@@ -42,6 +45,9 @@ struct MixPartialsArgs {
   int hc, D, n_mix, T, tokens_per_block;
   float* partials;          // f32, token t at partials + t * partial_row: [n_splits][n_mix + 1]
   int64_t partial_row;      // floats between tokens (D / 2: the token's bf16 output row)
+  bool comb_logits;         // kPost: post_mix holds comb logits (HcComb::kLogits), projected here
+  int sinkhorn_iters;
+  float hc_eps;
 };
 
 // The X values of one token a thread needs: its own stream's 4 columns, or with kPost those
@@ -108,12 +114,25 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
     w[r][2] = f.z;
     w[r][3] = f.w;
   }
+  const int t0 = blockIdx.y * a.tokens_per_block;
+  const int t1 = min(a.T, t0 + a.tokens_per_block);
+  // HcComb::kLogits: the Sinkhorn of the block's tokens' comb logits, before the wait. The logits
+  // come from a finish kernel at least two launches back, complete by the time this grid starts
+  // (ops.h); each warp projects every kWarps-th token, as the finish kernel would (same bits).
+  __shared__ float s_comb[kMixMaxLogitTokens][kMixMaxHc * kMixMaxHc];
+  if (kPost && a.comb_logits) {
+    const int hc = a.hc;
+    for (int i = warp; i < t1 - t0; i += kWarps) {
+      const float* m = a.post_mix + int64_t(t0 + i) * (hc + hc * hc) + hc;
+      const float logit = lane < hc * hc ? m[lane] : 0.0f;
+      const float comb = sinkhorn_warp(logit, hc, a.sinkhorn_iters, a.hc_eps, lane);
+      if (lane < hc * hc) s_comb[i][lane] = comb;
+    }
+  }
   // X, y, post_mix and rows come from earlier kernels (rows: a host copy); X and partials (x)
   // are written below and may still be read by the previous kernel.
   pdl_wait();
-
-  const int t0 = blockIdx.y * a.tokens_per_block;
-  const int t1 = min(a.T, t0 + a.tokens_per_block);
+  if (kPost && a.comb_logits) __syncthreads();  // s_comb is complete
   auto load = [&](int t) {
     TokenIn<kPost> in;
     if (!active) return in;
@@ -127,7 +146,7 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
       in.post = m[k];
 #pragma unroll
       for (int j = 0; j < kMixMaxHc; ++j)
-        if (j < a.hc) in.comb[j] = m[a.hc + j * a.hc + k];
+        if (j < a.hc) in.comb[j] = a.comb_logits ? s_comb[t - t0][j * a.hc + k] : m[a.hc + j * a.hc + k];
     } else {
       const int64_t row = a.rows != nullptr ? a.rows[t] : t;
       in.x = *reinterpret_cast<const uint2*>(a.X + row * hcD + col);
@@ -196,6 +215,7 @@ struct MixFinishArgs {
   int hc, D, n_mix, n_splits, sinkhorn_iters;
   float hc_eps, norm_eps;
   bool head;               // hc_head: pre weights only, no mix output
+  bool comb_logits;        // leave the comb logits in mix for hc_sinkhorn (HcComb::kLogits)
   int64_t partial_row;     // floats between tokens' partials (in x)
   __nv_bfloat16* x;        // bf16 [T, D]; holds the partials on entry
   float* mix;              // f32 [T, hc + hc*hc] (blocks only)
@@ -296,6 +316,10 @@ __global__ void __launch_bounds__(kFinishWorkers + 32) mix_finish_kernel(MixFini
     float* mix_t = a.mix + int64_t(t) * (hc + hc * hc);
     if (lane < hc) mix_t[lane] = 2.0f * sigmoid_dev(__fadd_rn(__fmul_rn(mu_post, s_scale[1]), s_base[hc + lane]));
     const float logit = lane < hc * hc ? __fadd_rn(__fmul_rn(mu_comb, s_scale[2]), s_base[2 * hc + lane]) : 0.0f;
+    if (a.comb_logits) {
+      if (lane < hc * hc) mix_t[hc + lane] = logit;
+      return;
+    }
     const float comb = sinkhorn_warp(logit, hc, a.sinkhorn_iters, a.hc_eps, lane);
     if (lane < hc * hc) mix_t[hc + lane] = comb;
     return;
@@ -345,6 +369,26 @@ __global__ void __launch_bounds__(kFinishWorkers + 32) mix_finish_kernel(MixFini
   }
 }
 
+struct SinkhornArgs {
+  float* mix;  // f32 [T, hc + hc*hc]: comb logits in, Sinkhorn comb out (in place)
+  int T, hc, iters;
+  float eps;
+};
+
+// grid ceil(T / 4), 4 warps; warp = token, lane = one comb element (sinkhorn_warp), so the result
+// is the finish kernel's own bit for bit.
+__global__ void __launch_bounds__(kSinkhornWarps * 32) sinkhorn_kernel(const SinkhornArgs a) {
+  pdl_wait();  // the logits come from the finish kernel
+  const int lane = threadIdx.x & 31;
+  const int t = blockIdx.x * kSinkhornWarps + (threadIdx.x >> 5);
+  if (t >= a.T) return;  // whole warps
+  const int hc = a.hc;
+  float* comb = a.mix + int64_t(t) * (hc + hc * hc) + hc;
+  const float logit = lane < hc * hc ? comb[lane] : 0.0f;
+  const float m = sinkhorn_warp(logit, hc, a.iters, a.eps, lane);
+  if (lane < hc * hc) comb[lane] = m;
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // hc_post inputs of hc_post_pre_norm (null y: plain hc_pre_norm / hc_head_norm).
@@ -357,7 +401,7 @@ struct PostIn {
 // hc_post_pre_norm's (X is then written).
 Status launch_hc_mix(const char* name, __nv_bfloat16* X, const int32_t* rows, int T, const HcParamsView& p,
                      const float* norm_w, const HcDims& d, bool head, const PostIn& post, __nv_bfloat16* x, float* mix,
-                     cudaStream_t stream) {
+                     HcComb comb, cudaStream_t stream) {
   if (X == nullptr || p.fn == nullptr || p.base == nullptr || p.scale == nullptr || norm_w == nullptr || x == nullptr ||
       (!head && mix == nullptr))
     return invalid_argument("{}: null pointer", name);
@@ -384,8 +428,13 @@ Status launch_hc_mix(const char* name, __nv_bfloat16* X, const int32_t* rows, in
 
   float* partials = reinterpret_cast<float*>(x);
   const int64_t partial_row = d.D / 2;
-  const MixPartialsArgs pa{X,    rows, p.fn, post.y, post.mix, d.hc, d.D, n_mix, T, plan.tokens_per_block,
-                           partials, partial_row};
+  const bool logits = comb == HcComb::kLogits;
+  if (logits && T > kHcLogitsMaxTokens)
+    return invalid_argument("{}: HcComb::kLogits takes at most {} tokens (T {})", name, kHcLogitsMaxTokens, T);
+  static_assert(kHcLogitsMaxTokens <= kMixMaxLogitTokens, "the partials kernel keeps that many combs");
+  const MixPartialsArgs pa{X,        rows,        p.fn,   post.y,           post.mix, d.hc,  d.D,  n_mix,
+                           T,        plan.tokens_per_block, partials, partial_row, fused && logits,
+                           d.sinkhorn_iters, d.hc_eps};
   const dim3 grid(plan.n_splits, plan.n_groups);
   DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
   void (*partials_kernel)(MixPartialsArgs) = head    ? &mix_partials_kernel<kMaxHc, 8, false>
@@ -393,32 +442,45 @@ Status launch_hc_mix(const char* name, __nv_bfloat16* X, const int32_t* rows, in
                                                      : &mix_partials_kernel<(2 + kMaxHc) * kMaxHc, 32, false>;
   DSV4_RETURN_IF_ERROR(launch_kernel(partials_kernel, grid, dim3(kMixThreads), 0, stream, pdl, pa, name));
 
-  const MixFinishArgs fa{X,     rows,    p.base, p.scale, norm_w, d.hc, d.D,    n_mix, plan.n_splits, d.sinkhorn_iters,
-                         d.hc_eps, d.norm_eps, head, partial_row, x, mix};
+  const MixFinishArgs fa{X,        rows,       p.base, p.scale, norm_w,      d.hc,        d.D,
+                         n_mix,    plan.n_splits, d.sinkhorn_iters, d.hc_eps, d.norm_eps, head, logits,
+                         partial_row, x, mix};
   return launch_kernel(&mix_finish_kernel, dim3(T), dim3(kFinishWorkers + 32), 0, stream, pdl, fa, name);
 }
 
 }  // namespace
 
 Status hc_pre_norm(const __nv_bfloat16* X, int T, const HcParamsView& p, const float* norm_w, const HcDims& dims,
-                   __nv_bfloat16* x, float* mix, cudaStream_t stream) {
+                   __nv_bfloat16* x, float* mix, cudaStream_t stream, HcComb comb) {
   // X is only read without a PostIn.
   return launch_hc_mix("hc_pre_norm", const_cast<__nv_bfloat16*>(X), nullptr, T, p, norm_w, dims, /*head=*/false,
-                       PostIn{}, x, mix, stream);
+                       PostIn{}, x, mix, comb, stream);
 }
 
 Status hc_post_pre_norm(__nv_bfloat16* X, const __nv_bfloat16* y, const float* post_mix, int T,
                         const HcParamsView& p, const float* norm_w, const HcDims& dims, __nv_bfloat16* x, float* mix,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, HcComb comb) {
   if (y == nullptr || post_mix == nullptr) return invalid_argument("hc_post_pre_norm: null pointer");
   return launch_hc_mix("hc_post_pre_norm", X, nullptr, T, p, norm_w, dims, /*head=*/false, PostIn{y, post_mix}, x, mix,
-                       stream);
+                       comb, stream);
 }
 
 Status hc_head_norm(const __nv_bfloat16* X, const int32_t* rows, int n, const HcParamsView& p, const float* norm_w,
                     const HcDims& dims, __nv_bfloat16* x, cudaStream_t stream) {
   return launch_hc_mix("hc_head_norm", const_cast<__nv_bfloat16*>(X), rows, n, p, norm_w, dims, /*head=*/true,
-                       PostIn{}, x, nullptr, stream);
+                       PostIn{}, x, nullptr, HcComb::kProjected, stream);
+}
+
+Status hc_sinkhorn(float* mix, int T, const HcDims& dims, cudaStream_t stream) {
+  if (mix == nullptr) return invalid_argument("hc_sinkhorn: null mix");
+  if (T < 0 || dims.hc < 1 || dims.hc > kMaxHc || dims.sinkhorn_iters < 1)
+    return invalid_argument("hc_sinkhorn: T {} >= 0, hc {} in 1..{} and sinkhorn_iters {} >= 1 expected", T, dims.hc,
+                            kMaxHc, dims.sinkhorn_iters);
+  if (T == 0) return Status::ok();
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  const SinkhornArgs a{mix, T, dims.hc, dims.sinkhorn_iters, dims.hc_eps};
+  return launch_kernel(&sinkhorn_kernel, dim3(unsigned((T + kSinkhornWarps - 1) / kSinkhornWarps)),
+                       dim3(kSinkhornWarps * 32), 0, stream, pdl, a, "hc_sinkhorn");
 }
 
 }  // namespace dsv4::cuda

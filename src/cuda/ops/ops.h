@@ -37,11 +37,28 @@ struct HcParamsView {
   int n_mix = 0;
 };
 
+// What the mix kernels leave in mix's comb part, and what hc_post_pre_norm expects in post_mix's:
+// the Sinkhorn projection (kProjected), or its logits (kLogits). The Sinkhorn is a serial chain of
+// 40 normalizations (~2.5 us) at the end of the finish kernel, which the next kernel waits for; with
+// kLogits it moves into the prologue of the kernel that applies the comb (hc_post_pre_norm's first
+// launch), which runs before that kernel's PDL wait, beside the previous kernel. That prologue
+// reads post_mix before the wait, so the call that wrote post_mix must be at least two launches
+// earlier in the stream (pdl.cuh: a kernel starts only after every kernel before its predecessor
+// has completed); without PDL (SM86) launches are serial anyway. kLogits takes at most
+// kHcLogitsMaxTokens tokens (the forward pass uses it for small decode batches); hc_post and
+// hc_head_norm take projected combs, so hc_sinkhorn projects the last sublayer's.
+enum class HcComb { kProjected, kLogits };
+inline constexpr int kHcLogitsMaxTokens = 4;
+
 // HCPre + RMSNorm (cpu::hc_pre then rmsnorm and bf16): x[t] = bf16(rmsnorm(bf16(sum_i pre_i X[t,i]),
 // norm_w)); mix[t] = f32 [hc post weights, hc*hc Sinkhorn comb (row j, col k at j*hc + k)] for hc_post.
 // X: bf16 [T, hc*D]; norm_w: f32 [D]; x: bf16 [T, D]; mix: f32 [T, hc + hc*hc].
 Status hc_pre_norm(const __nv_bfloat16* X, int T, const HcParamsView& p, const float* norm_w, const HcDims& dims,
-                   __nv_bfloat16* x, float* mix, cudaStream_t stream);
+                   __nv_bfloat16* x, float* mix, cudaStream_t stream, HcComb comb = HcComb::kProjected);
+
+// The Sinkhorn projection of the comb logits that hc_pre_norm / hc_post_pre_norm left with
+// HcComb::kLogits, in place: afterwards mix equals their kProjected output bit for bit.
+Status hc_sinkhorn(float* mix, int T, const HcDims& dims, cudaStream_t stream);
 
 // HCPost (cpu::hc_post): X[t, k, :] = bf16(post_k y[t] + sum_j comb[j, k] X[t, j, :]) in place.
 Status hc_post(__nv_bfloat16* X, const __nv_bfloat16* y, const float* mix, int T, const HcDims& dims,
@@ -54,7 +71,7 @@ Status hc_post(__nv_bfloat16* X, const __nv_bfloat16* y, const float* mix, int T
 // the same buffer as mix (it is read before mix is written); y must not overlap x or X.
 Status hc_post_pre_norm(__nv_bfloat16* X, const __nv_bfloat16* y, const float* post_mix, int T,
                         const HcParamsView& p, const float* norm_w, const HcDims& dims, __nv_bfloat16* x, float* mix,
-                        cudaStream_t stream);
+                        cudaStream_t stream, HcComb comb = HcComb::kProjected);
 
 // HC head + final norm for selected rows (cpu::CpuModel::head_logits before the LM head):
 // x[i] = bf16(rmsnorm(hc_head(X[rows[i]]), norm_w)); rows: i32 [n] (device), null = rows 0..n-1.
