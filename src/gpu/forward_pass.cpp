@@ -115,8 +115,10 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   DSV4_RETURN_IF_ERROR(gemm(a_.x, D, T, L.wqkv, a_.qkv, ld_qkv));
   mark(StepCategory::kMhcNorm);
   // qa = bf16(rmsnorm(qa, q_norm)); kv -> kv_norm, rope, fp8 nope -> 584-byte records in the chunk
+  // Decode steps also copy the records into the window rings here (no window_save below).
   DSV4_RETURN_IF_ERROR(cuda::qkv_norm_finish(a_.qkv, ld_qkv, T, ql, L.q_norm, eps, ql, L.kv_norm, eps, b.token_pos,
-                                             L.inv_freq, kv.view, kv.view.chunk, stream_));
+                                             L.inv_freq, kv.view, kv.view.chunk, stream_,
+                                             b.one_row_per_seq ? &b : nullptr));
   // q = bf16(qa wq_b^T), then per head unweighted rmsnorm and rope
   mark(StepCategory::kW4A16Linear);
   DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
@@ -174,6 +176,7 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   DSV4_RETURN_IF_ERROR(ws_.blas.grouped_bf16_out(a_.o, T, c.o_groups, L.wo_a, c.o_lora_rank, c.group_in_dim(), a_.u));
   mark(StepCategory::kW4A16Linear);
   DSV4_RETURN_IF_ERROR(gemm(a_.u, int64_t(c.o_groups) * c.o_lora_rank, T, L.wo_b, a_.y, D));
+  if (b.one_row_per_seq) return Status::ok();  // the ring copy came with qkv_norm_finish
   mark(StepCategory::kAttention);
   // The ring advances after attention read it (the chunk's rows may overwrite older positions).
   return cuda::window_save(b, kv.view, stream_);

@@ -92,6 +92,7 @@ struct GpuModel::Impl {
     b.seq_ntok = meta + layout.seq_ntok;
     b.block_table = meta + layout.block_table;
     b.max_blocks = layout.max_blocks;
+    b.one_row_per_seq = sh.max_seq_rows <= 1;
     return b;
   }
 

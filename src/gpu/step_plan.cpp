@@ -101,6 +101,7 @@ StepShape fill_step(std::span<const GpuStepSeq> seqs, const StepMetaLayout& l, i
     const int need = int(blocks_for_positions(s.pos0 + n));
     std::copy_n(s.block_table.begin(), need, meta + l.block_table + int64_t(i) * l.max_blocks);
     sh.used_blocks = std::max(sh.used_blocks, need);
+    sh.max_seq_rows = std::max(sh.max_seq_rows, n);
     if (s.logits && !all_rows) meta[l.logit_rows + sh.n_logits++] = row + n - 1;
     row += n;
   }

@@ -44,6 +44,7 @@ struct StepShape {
   int n_logits = 0;       // output rows: sequences with logits = true, or every row with all_rows
   int n_head_rows = 0;    // rows of logit_rows the head computes (n_logits; the padded size for a graph)
   int used_blocks = 0;    // block-table columns any sequence needs this step
+  int max_seq_rows = 0;   // rows of the longest sequence (<= 1: a decode step)
 };
 
 // KV blocks a sequence needs to hold positions [0, end).

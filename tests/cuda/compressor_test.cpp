@@ -149,8 +149,10 @@ struct GpuState {
   std::vector<float> state;
 };
 
-// Runs the schedule step by step on the GPU from poisoned pool and state.
-GpuState run_gpu(const Fixture& f, const Schedule& sched, uint64_t seed) {
+// Runs the schedule step by step on the GPU from poisoned pool and state. one_launch_decode: steps
+// whose sequences have at most one row each say so (StepBatchView::one_row_per_seq), as the
+// forward pass does, so the emit kernel saves the rings itself.
+GpuState run_gpu(const Fixture& f, const Schedule& sched, uint64_t seed, bool one_launch_decode = true) {
   const CompressorParamsView p = f.params();
   const int64_t ld = f.width + 16;  // padding columns hold garbage the kernels must not read
   DeviceBuffer pool = device_alloc(size_t(f.n_blocks) * f.per_block * f.record_bytes);
@@ -215,6 +217,7 @@ GpuState run_gpu(const Fixture& f, const Schedule& sched, uint64_t seed) {
     b.seq_ntok = d_nt.as<int32_t>();
     b.block_table = d_bt.as<int32_t>();
     b.max_blocks = f.max_blocks;
+    b.one_row_per_seq = one_launch_decode && std::all_of(sched[step].begin(), sched[step].end(), [](int n) { return n <= 1; });
     const Status st = compressor_forward(b, d_a.as<float>(), d_z.as<float>(), ld, p, state.as<float>(),
                                          pool.as<uint8_t>(), f.record_bytes, nullptr);
     DSV4_CHECK(st.is_ok(), "compressor_forward: {}", st.to_string());
@@ -389,6 +392,14 @@ void run_case(const Geometry& g, const Schedule& chunked, int n_decode, uint64_t
   state_diff = size_t(std::memcmp(chunk.state.data(), whole.state.data(), chunk.state.size() * 4) != 0);
   EXPECT_EQ(pool_diff, 0u) << "chunked and one-shot prefill wrote different records";
   EXPECT_EQ(state_diff, 0u) << "chunked and one-shot prefill left different ring states";
+
+  // Decode steps in one launch (emit saves) = emit then save.
+  const GpuState two = run_gpu(f, one_shot(chunked, n_decode), seed + 2, /*one_launch_decode=*/false);
+  pool_diff = 0;
+  for (size_t i = 0; i < two.pool.size(); ++i) pool_diff += two.pool[i] != whole.pool[i];
+  EXPECT_EQ(pool_diff, 0u) << "one-launch decode steps wrote different records";
+  EXPECT_EQ(std::memcmp(two.state.data(), whole.state.data(), two.state.size() * 4), 0)
+      << "one-launch decode steps left different ring states";
 }
 
 // CSA: 4 sequences; chunks of 37 / 50, tiny chunks from position 0, a 300-row chunk (longer than

@@ -762,6 +762,54 @@ void check_qkv_norm_finish(const ModelConfig& c, int q_n, int nope, int r, const
     EXPECT_EQ(buf_differ, 0) << "q columns must equal rmsnorm_rows' bit for bit, the rest untouched";
     EXPECT_EQ(rec_differ, 0) << "records must equal kv_finish's bit for bit";
     EXPECT_GT(q_changed, int64_t(T) * q_n / 2) << "the q columns were not normalized";
+
+    // A decode step (one row per sequence; with T > 1 the last row is padding, its sequence has
+    // no slot): the ring copy in the same launch equals window_save's.
+    const int W = 128, n_slots = T + 2;
+    std::vector<int32_t> token_seq(static_cast<size_t>(T)), seq_slot(static_cast<size_t>(T));
+    for (int t = 0; t < T; ++t) {
+      const bool pad = T > 1 && t == T - 1;
+      token_seq[size_t(t)] = pad ? -1 : t;
+      seq_slot[size_t(t)] = pad ? -1 : (t + 2) % n_slots;
+    }
+    std::vector<uint8_t> window(size_t(n_slots) * W * eb);
+    std::mt19937 rng(uint32_t(1800 + T));
+    for (uint8_t& v : window) v = uint8_t(rng());
+    const std::vector<int32_t> pos = download<int32_t>(d_pos.get(), size_t(T));
+    std::vector<uint8_t> ref = window;
+    for (int t = 0; t < T; ++t)
+      if (token_seq[size_t(t)] >= 0)
+        std::memcpy(&ref[(size_t(seq_slot[size_t(t)]) * W + size_t(pos[size_t(t)] % W)) * eb], &r2[size_t(t) * eb],
+                    size_t(eb));
+    DeviceBuffer d_win = upload_vector(window), d_ts = upload_vector(token_seq), d_ss = upload_vector(seq_slot);
+    DeviceBuffer buf3 = upload_vector(buf), rec3 = device_alloc(size_t(T) * eb);
+    poison(rec3);
+    StepBatchView b;
+    b.n_tokens = T;
+    b.n_seqs = T;
+    b.token_seq = d_ts.as<int32_t>();
+    b.token_pos = d_pos.as<int32_t>();
+    b.seq_slot = d_ss.as<int32_t>();
+    b.one_row_per_seq = true;
+    LayerKvView ring_layout = layout;
+    ring_layout.window = d_win.as<uint8_t>();
+    ring_layout.window_size = W;
+    DSV4_ASSERT_OK(qkv_norm_finish(buf3.as<__nv_bfloat16>(), ld, T, q_n, d_qw.as<float>(), eps, kv_col,
+                                   d_kvw.as<float>(), eps, d_pos.as<int32_t>(), d_freq.as<float>(), ring_layout,
+                                   rec3.as<uint8_t>(), nullptr, &b));
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint8_t> r3 = download_bytes(rec3.get(), size_t(T) * eb);
+    const std::vector<uint8_t> got = download_bytes(d_win.get(), window.size());
+    int64_t rec3_differ = 0, ring_differ = 0;
+    for (size_t i = 0; i < r3.size(); ++i) rec3_differ += r3[i] != r2[i];
+    for (size_t e = 0; e < size_t(n_slots) * W; ++e) ring_differ += std::memcmp(&got[e * eb], &ref[e * eb], size_t(eb)) != 0;
+    EXPECT_EQ(rec3_differ, 0) << "records with the ring copy must equal kv_finish's";
+    EXPECT_EQ(ring_differ, 0) << "ring entries differ from window_save's (copied rows, or untouched slots)";
+    b.one_row_per_seq = false;  // a chunk: the copy must wait for attention (window_save)
+    EXPECT_FALSE(qkv_norm_finish(buf3.as<__nv_bfloat16>(), ld, T, q_n, d_qw.as<float>(), eps, kv_col,
+                                 d_kvw.as<float>(), eps, d_pos.as<int32_t>(), d_freq.as<float>(), ring_layout,
+                                 rec3.as<uint8_t>(), nullptr, &b)
+                     .is_ok());
   }
 }
 

@@ -93,6 +93,7 @@ TEST(StepPlan, FlatArraysOfAMixedStep) {
   EXPECT_EQ(sh.n_logits, 2);
   EXPECT_EQ(sh.n_head_rows, 2);
   EXPECT_EQ(sh.used_blocks, 2);
+  EXPECT_EQ(sh.max_seq_rows, 5);  // not a decode step: the compressor needs its save launch
   const std::vector<int32_t> seq = {0, 0, 0, 0, 0, 1, 2, 2, 2};
   const std::vector<int32_t> pos = {0, 1, 2, 3, 4, 511, 100, 101, 102};
   for (int t = 0; t < 9; ++t) {
@@ -129,6 +130,7 @@ TEST(StepPlan, DecodeStepPaddedToGraphSize) {
   EXPECT_EQ(sh.n_real_tokens, 2);
   EXPECT_EQ(sh.n_logits, 1);
   EXPECT_EQ(sh.n_head_rows, 4);
+  EXPECT_EQ(sh.max_seq_rows, 1);  // padding sequences have no rows
   EXPECT_EQ(meta[size_t(l.logit_rows)], 0);
   for (int i = 2; i < 4; ++i) {
     EXPECT_EQ(meta[size_t(l.token_seq + i)], -1);

@@ -27,6 +27,10 @@ struct StepBatchView {
   const int32_t* seq_ntok = nullptr;  // i32 [n_seqs] rows this step (0 for padding)
   const int32_t* block_table = nullptr;  // i32 [n_seqs][max_blocks] KV block ids, position order
   int max_blocks = 0;                 // row stride of block_table
+  // Host: every sequence has at most one row this step (a decode step; the captured graphs'
+  // steps). Lets kernels that otherwise need a second launch to order rows of one sequence
+  // (the compressor's ring save) do it in one. False is always safe.
+  bool one_row_per_seq = false;
 };
 
 }  // namespace dsv4::cuda

@@ -1,6 +1,7 @@
 // compressor.cu: compressor_forward, the validating launcher of the KV compressors (CSA main and
 // indexer compressors, HCA). Two launches on the caller's stream, emit (emit.cu) then save
-// (save.cu), both with one block per token row, so the grid depends only on n_tokens (graph-safe);
+// (save.cu), or for a decode step (one row per sequence) the emit alone, which then saves its row
+// itself; one block per token row, so the grid depends only on n_tokens (graph-safe);
 // nothing is allocated and nothing waits on the host. Both launch as programmatic dependents
 // (common/pdl.cuh) on SM90.
 #include <cmath>
@@ -85,9 +86,10 @@ Status compressor_forward(const StepBatchView& b, const float* a, const float* z
   g.norm_eps = p.norm_eps;
   g.hadamard_scale = 1.0f / std::sqrt(float(p.dim));
   g.record = p.record;
+  g.save_too = b.one_row_per_seq;
   DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
   DSV4_RETURN_IF_ERROR(launch_compressor_emit(g, stream, pdl));
-  return launch_compressor_save(g, stream, pdl);
+  return g.save_too ? Status::ok() : launch_compressor_save(g, stream, pdl);
 }
 
 }  // namespace dsv4::cuda

@@ -45,7 +45,8 @@ inline int64_t compressor_state_floats(const CompressorParamsView& p) {
 
 // a, z: f32 [n_tokens, ld] (unrounded projections: compressor.wkv and .wgate, z without ape);
 // state: f32 [n_slots][compressor_state_floats]; pool: entries (main) or index_keys (indexer) of
-// the layer, with `record_bytes` per record and the layer's ratio. Two launches: emit, then save.
+// the layer, with `record_bytes` per record and the layer's ratio. Two launches, emit then save;
+// one when b.one_row_per_seq.
 Status compressor_forward(const StepBatchView& b, const float* a, const float* z, int64_t ld,
                           const CompressorParamsView& p, float* state, uint8_t* pool, int record_bytes,
                           cudaStream_t stream);

@@ -27,9 +27,11 @@ struct CompressorLaunch {
   float norm_eps = 1e-6f;
   float hadamard_scale = 0.0f;      // fp32(1 / sqrt(fp32(dim))), as cpu::hadamard_bf16
   CompressedRecord record = CompressedRecord::kFp8Entry;
+  bool save_too = false;            // the emit kernel also saves (b.one_row_per_seq: no save launch)
 };
 
-// Emits the entry of every row that completes a window (reads the ring, never writes it).
+// Emits the entry of every row that completes a window (reads the ring; with save_too, then saves
+// the row as launch_compressor_save would).
 // pdl: launch as a programmatic dependent of the previous kernel (SM90, common/pdl.cuh).
 Status launch_compressor_emit(const CompressorLaunch& g, cudaStream_t stream, bool pdl);
 // Writes each sequence's last min(ntok, coff * ratio) rows into its ring (after the emit).

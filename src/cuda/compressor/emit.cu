@@ -5,36 +5,31 @@
 // CPU twin (cpu::compressor_push, compressor_finish_entry) operation by operation, in the same
 // order and without FMA contraction, so the result matches it up to the last-ulp differences of
 // expf (CUDA's, 2 ulp, against glibc's) and of cos/sin (ref_numerics.cuh), which bf16 rounding
-// nearly always absorbs. Launched as a programmatic dependent (pdl.cuh): the channel's norm
-// weight and inverse frequency, constant, are read before the wait.
+// nearly always absorbs. In decode steps (CompressorLaunch::save_too) the block then saves its
+// row into the ring (ring.cuh), so no save launch follows. Launched as a programmatic dependent
+// (pdl.cuh): the channel's norm weight and inverse frequency, constant, are read before the wait.
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/kv_codec.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/compressor/compressor_internal.h"
+#include "cuda/compressor/ring.cuh"
 #include "cuda/indexer/ref_numerics.cuh"
 
 namespace dsv4::cuda::compressor_detail {
 
 namespace {
 
-__global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(CompressorLaunch g) {
+// The entry completed by token row t (position p = w * m + m - 1) of sequence seq: channel j =
+// threadIdx.x (norm_w and inv_freq its constants). Reads the ring, never writes it.
+__device__ __forceinline__ void emit_entry(const CompressorLaunch& g, int t, int seq, int64_t p, float norm_w,
+                                           float inv_freq) {
   __shared__ float s_x[kMaxDim];
   __shared__ float s_part[kMaxDim / 32];
   __shared__ float s_rms;
 
   const int j = threadIdx.x, lane = j & 31, warp = j >> 5;
   const int nope = g.dim - g.rope_dim;
-  const float norm_w = g.norm_w[j];
-  const float inv_freq = j >= nope ? g.inv_freq[(j - nope) / 2] : 0.0f;
-  pdl_wait();  // the rest is step data: the batch (a host copy), a and z (the GEMM before), ring, pool
-
-  const int t = blockIdx.x;
-  const int seq = g.b.token_seq[t];
-  if (seq < 0 || g.b.seq_slot[seq] < 0) return;
   const int m = g.ratio;
-  const int64_t p = g.b.token_pos[t];
-  if ((p + 1) % m != 0) return;
-
   const int dim = g.dim, width = g.coff * dim, ring_rows = g.coff * m;
   const int64_t w = p / m;
   const int64_t pos0 = g.b.seq_pos0[seq], tok0 = g.b.seq_tok0[seq];
@@ -151,6 +146,26 @@ __global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(CompressorLaun
       break;
     }
   }
+}
+
+// Block t = token row t. With g.save_too (every sequence has at most one row: a decode step) the
+// block also saves its row into the ring after the emit: the emit reads only earlier positions,
+// whose ring rows differ from this row's, and no other block touches the slot.
+__global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(CompressorLaunch g) {
+  const int j = threadIdx.x;
+  const int nope = g.dim - g.rope_dim;
+  const float norm_w = g.norm_w[j];
+  const float inv_freq = j >= nope ? g.inv_freq[(j - nope) / 2] : 0.0f;
+  pdl_wait();  // the rest is step data: the batch (a host copy), a and z (the GEMM before), ring, pool
+
+  const int t = blockIdx.x;
+  const int seq = g.b.token_seq[t];
+  if (seq < 0) return;
+  const int slot = g.b.seq_slot[seq];
+  if (slot < 0) return;
+  const int64_t p = g.b.token_pos[t];
+  if ((p + 1) % g.ratio == 0) emit_entry(g, t, seq, p, norm_w, inv_freq);
+  if (g.save_too) save_ring_row(g, t, slot);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/compressor/compressor_internal.h"
+#include "cuda/compressor/ring.cuh"
 
 namespace dsv4::cuda::compressor_detail {
 
@@ -22,18 +23,8 @@ __global__ void __launch_bounds__(kSaveThreads) compressor_save_kernel(const Com
   if (seq < 0) return;
   const int slot = g.b.seq_slot[seq];
   if (slot < 0) return;
-  const int m = g.ratio, ring_rows = g.coff * m, width = g.coff * g.dim;
-  if (t - g.b.seq_tok0[seq] < g.b.seq_ntok[seq] - ring_rows) return;  // not among the last ring_rows
-  const int64_t q = g.b.token_pos[t];
-  float* ring_a = g.state + (int64_t(slot) * 2 * ring_rows + q % ring_rows) * width;
-  float* ring_z = ring_a + int64_t(ring_rows) * width;
-  const float* a = g.a + int64_t(t) * g.ld;
-  const float* z = g.z + int64_t(t) * g.ld;
-  const float* ape = g.ape + (q % m) * width;
-  for (int c = threadIdx.x; c < width; c += kSaveThreads) {
-    ring_a[c] = a[c];
-    ring_z[c] = __fadd_rn(z[c], ape[c]);
-  }
+  if (t - g.b.seq_tok0[seq] < g.b.seq_ntok[seq] - g.coff * g.ratio) return;  // not among the last ring rows
+  save_ring_row(g, t, slot);
 }
 
 }  // namespace

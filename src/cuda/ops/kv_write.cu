@@ -2,7 +2,8 @@
 // 584-byte records (cpu::attention_forward: kv_norm, bf16, RoPE, bf16, fp8sim of the nope dims;
 // kv::pack_entry's layout [nope e4m3][rope bf16][ue8m0 scales, zero pad to 8]) and the copy of
 // each sequence's newest records into its window ring. A record row fits one warp.
-// qkv_norm_finish runs kv_finish's warps and rmsnorm_rows' blocks (the q_norm) in one launch.
+// qkv_norm_finish runs kv_finish's warps and rmsnorm_rows' blocks (the q_norm) in one launch and,
+// in decode steps, makes window_save's ring copy too.
 // All three launch as programmatic dependents (pdl.cuh); the norm weights and inverse
 // frequencies, constant, are loaded before the wait.
 #include <cstdint>
@@ -36,6 +37,12 @@ struct KvFinishArgs {
   const int32_t* token_pos; // i32 [T]
   const float* inv_freq;    // f32 [rope / 2]
   uint8_t* records;         // u8 [T][entry_bytes]
+  // Decode steps (qkv_norm_finish given a step): each real row's record also goes to its
+  // sequence's window ring at pos % window_size. Null window: no ring copy.
+  const int32_t* token_seq = nullptr;  // i32 [T], -1 for padding
+  const int32_t* seq_slot = nullptr;   // i32 [n_seqs], -1 for padding
+  uint8_t* window = nullptr;           // u8 [n_slots][window_size][entry_bytes]
+  int window_size = 0;
 };
 
 // The constant inputs of a lane's chunks of any row (c = lane + 32 i): the norm weights and, for
@@ -146,6 +153,22 @@ __device__ __forceinline__ void kv_finish_row(const KvFinishArgs& a, const KvRow
   // Zero pad after the scales (kv::pack_entry clears it).
   const int scale0 = a.nope + 2 * a.rope, n_scales = (a.nope + kFp8Block - 1) / kFp8Block;
   if (lane < a.entry_bytes - scale0 - n_scales) rec[scale0 + n_scales + lane] = 0;
+  if (a.window != nullptr) {
+    // The ring copy of a decode row, as window_save would make it after attention. Attention
+    // reads the row itself from the chunk and the ring only at earlier positions, whose slots
+    // differ from pos % W, so the copy may come first. The warp's record writes above are
+    // ordered before its reads below by the warp barrier.
+    __syncwarp();
+    const int s = a.token_seq[t];
+    const int slot = s >= 0 ? a.seq_slot[s] : -1;
+    if (slot >= 0) {
+      const int64_t pos = a.token_pos[t];
+      const uint2* from = reinterpret_cast<const uint2*>(rec);
+      uint2* to = reinterpret_cast<uint2*>(a.window + (int64_t(slot) * a.window_size + pos % a.window_size) *
+                                                          a.entry_bytes);
+      for (int i = lane; i < a.entry_bytes / 8; i += 32) to[i] = from[i];
+    }
+  }
 }
 
 __global__ void __launch_bounds__(kRowWarps * 32) kv_finish_kernel(const KvFinishArgs a) {
@@ -269,7 +292,8 @@ Status kv_finish(const __nv_bfloat16* kv, int64_t ld, int T, const float* norm_w
 
 Status qkv_norm_finish(__nv_bfloat16* qkv, int64_t ld, int T, int q_n, const float* q_norm_w, float q_eps,
                        int64_t kv_col, const float* kv_norm_w, float kv_eps, const int32_t* token_pos,
-                       const float* inv_freq, const LayerKvView& layout, uint8_t* records, cudaStream_t stream) {
+                       const float* inv_freq, const LayerKvView& layout, uint8_t* records, cudaStream_t stream,
+                       const StepBatchView* ring_step) {
   if (qkv == nullptr || q_norm_w == nullptr) return invalid_argument("qkv_norm_finish: null pointer");
   const int d = layout.nope + layout.rope;
   if (q_n < 8 || q_n % 8 != 0 || q_n > 8 * kQNormThreads * kQNormChunks || kv_col < q_n || kv_col % 8 != 0 ||
@@ -282,8 +306,23 @@ Status qkv_norm_finish(__nv_bfloat16* qkv, int64_t ld, int T, int q_n, const flo
   DSV4_RETURN_IF_ERROR(
       check_kv_finish("qkv_norm_finish", qkv + kv_col, ld, T, kv_norm_w, token_pos, inv_freq, layout, records));
   if (T == 0) return Status::ok();
-  const KvFinishArgs a{qkv + kv_col, ld, T, layout.nope, layout.rope, layout.entry_bytes, kv_norm_w, kv_eps,
-                       token_pos, inv_freq, records};
+  KvFinishArgs a{qkv + kv_col, ld, T, layout.nope, layout.rope, layout.entry_bytes, kv_norm_w, kv_eps,
+                 token_pos, inv_freq, records};
+  if (ring_step != nullptr) {
+    const StepBatchView& b = *ring_step;
+    if (!b.one_row_per_seq)
+      return invalid_argument("qkv_norm_finish: the ring copy needs a step of one row per sequence (window_save "
+                              "orders longer chunks)");
+    if (b.n_tokens != T || b.token_seq == nullptr || b.seq_slot == nullptr || b.token_pos != token_pos)
+      return invalid_argument("qkv_norm_finish: ring step of {} rows for T {} (or null arrays, or other positions)",
+                              b.n_tokens, T);
+    if (layout.window == nullptr || layout.window_size < 1 || !aligned(layout.window, 8))
+      return invalid_argument("qkv_norm_finish: the ring copy needs an 8-byte aligned window of >= 1 rows");
+    a.token_seq = b.token_seq;
+    a.seq_slot = b.seq_slot;
+    a.window = layout.window;
+    a.window_size = layout.window_size;
+  }
   const QNormArgs q{qkv, ld, q_n, q_norm_w, q_eps};
   const int blocks = (T + kRowWarps - 1) / kRowWarps + T;
   DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());

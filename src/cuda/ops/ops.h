@@ -97,9 +97,14 @@ Status kv_finish(const __nv_bfloat16* kv, int64_t ld, int T, const float* norm_w
 // kv_eps, token_pos, inv_freq, layout, records) in one launch (both read the fused wq_a|wkv
 // output), with the same results bit for bit. The q columns [0, q_n) and the kv columns
 // [kv_col, kv_col + nope + rope) must not overlap: kv_col >= q_n, a multiple of 8.
+// ring_step (a decode step: one_row_per_seq, T rows, the same token_pos): also copies each real
+// row's record into its window ring as window_save(*ring_step, layout) would, so that launch is
+// not needed; safe before attention because attention reads a decode row's own record from the
+// chunk and the ring only at earlier positions (other slots).
 Status qkv_norm_finish(__nv_bfloat16* qkv, int64_t ld, int T, int q_n, const float* q_norm_w, float q_eps,
                        int64_t kv_col, const float* kv_norm_w, float kv_eps, const int32_t* token_pos,
-                       const float* inv_freq, const LayerKvView& layout, uint8_t* records, cudaStream_t stream);
+                       const float* inv_freq, const LayerKvView& layout, uint8_t* records, cudaStream_t stream,
+                       const StepBatchView* ring_step = nullptr);
 
 // After attention: copies the chunk records of each sequence's last min(ntok, W) rows into its
 // window ring (slot seq_slot, index pos % W). Skips padding.
