@@ -2,7 +2,7 @@
 // launch_kernel(..., pdl = true) may start while the previous kernel of the stream is finishing:
 // it may prefetch what does not depend on that kernel (weights), and must call pdl_wait() before
 // touching anything the previous kernel writes or reads. Every kernel of the forward step and of
-// the sampler is launched this way (not cuBLAS's, nor the optional dense decode kernel, launched
+// the sampler is launched this way (the optional dense decode kernel too; not cuBLAS's, launched
 // plainly: the chain resumes after them), so:
 //   - before pdl_wait() a kernel reads only constant data (weights, norm weights, inv_freq), never
 //     step inputs (token ids, positions, block tables, sampling params: host copies) nor anything

@@ -178,13 +178,16 @@ __global__ void __launch_bounds__(kThreads, 2) dense_decode_kernel(const Params 
   }
 }
 
+// A programmatic dependent (pdl.cuh) where the device has PDL: every block waits before it reads
+// x, after requesting its first two chunks of weights.
 template <int XR, int NT>
 Status launch_xr_nt(const Params& p, DenseOut out, int groups, cudaStream_t stream) {
   const dim3 grid(unsigned((p.n + 8 * NT - 1) / (8 * NT)), unsigned(groups));
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
   if (out == DenseOut::kBf16)
-    return launch_kernel(dense_decode_kernel<XR, NT, true>, grid, dim3(kThreads), 0, stream, false, p,
+    return launch_kernel(dense_decode_kernel<XR, NT, true>, grid, dim3(kThreads), 0, stream, pdl, p,
                          "dense_decode_kernel<bf16>");
-  return launch_kernel(dense_decode_kernel<XR, NT, false>, grid, dim3(kThreads), 0, stream, false, p,
+  return launch_kernel(dense_decode_kernel<XR, NT, false>, grid, dim3(kThreads), 0, stream, pdl, p,
                        "dense_decode_kernel<f32>");
 }
 
