@@ -28,8 +28,9 @@ struct StepBatchView {
   const int32_t* block_table = nullptr;  // i32 [n_seqs][max_blocks] KV block ids, position order
   int max_blocks = 0;                 // row stride of block_table
   // Host: every sequence has at most one row this step (a decode step; the captured graphs'
-  // steps). Lets kernels that otherwise need a second launch to order rows of one sequence
-  // (the compressor's ring save) do it in one. False is always safe.
+  // steps). Lets writes that otherwise need a later launch to order them after the reads of the
+  // sequence's other rows happen early: the compressor's ring save (in its emit kernel) and the
+  // window ring copy (in qkv_norm_finish, before attention). False is always safe.
   bool one_row_per_seq = false;
 };
 

@@ -215,7 +215,7 @@ struct MixFinishArgs {
   int hc, D, n_mix, n_splits, sinkhorn_iters;
   float hc_eps, norm_eps;
   bool head;               // hc_head: pre weights only, no mix output
-  bool comb_logits;        // leave the comb logits in mix for hc_sinkhorn (HcComb::kLogits)
+  bool comb_logits;        // HcComb::kLogits: leave the comb logits in mix (projected later)
   int64_t partial_row;     // floats between tokens' partials (in x)
   __nv_bfloat16* x;        // bf16 [T, D]; holds the partials on entry
   float* mix;              // f32 [T, hc + hc*hc] (blocks only)
