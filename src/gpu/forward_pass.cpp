@@ -119,13 +119,14 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   DSV4_RETURN_IF_ERROR(cuda::qkv_norm_finish(a_.qkv, ld_qkv, T, ql, L.q_norm, eps, ql, L.kv_norm, eps, b.token_pos,
                                              L.inv_freq, kv.view, kv.view.chunk, stream_,
                                              b.one_row_per_seq ? &b : nullptr));
-  // q = bf16(qa wq_b^T), then per head unweighted rmsnorm and rope
+  // q = bf16(qa wq_b^T), then per head unweighted rmsnorm and rope (CSA layers: in the indexer's
+  // prep launch below, one launch fewer; attention is the first reader of q either way)
   mark(StepCategory::kW4A16Linear);
   DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
-  mark(StepCategory::kMhcNorm);
-  DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));
-
   const bool csa = L.spec.attn == AttnType::kCsa;
+  mark(StepCategory::kMhcNorm);
+  if (!csa) DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));
+
   if (L.spec.attn != AttnType::kSliding) {
     // Every dense projection of x in one fp32-output GEMM (the reference keeps them unrounded).
     const ProjColumns& pc = L.proj;
@@ -148,8 +149,15 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
       // Query prep and head weights in one launch; the reference's weight scale, computed the same
       // way (double, then float).
       const float scale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(nI)));
+      cuda::QueryNormRope qn;
+      qn.q = a_.q;
+      qn.n_heads = H;
+      qn.head_dim = d;
+      qn.rope_dim = r;
+      qn.inv_freq = L.inv_freq;
+      qn.eps = eps;
       DSV4_RETURN_IF_ERROR(cuda::indexer_prepare(a_.qi, T, nI, dI, r, b.token_pos, L.inv_freq, a_.proj + pc.idx_w, pc.n,
-                                                 scale, a_.wi, stream_));
+                                                 scale, a_.wi, stream_, &qn));
       DSV4_RETURN_IF_ERROR(
           cuda::indexer_topk(b, a_.qi, a_.wi, nI, kv.view, c.index_topk, ws_.indexer, a_.selected, stream_));
       if (trace)

@@ -40,6 +40,7 @@
 #include "cpu/rope.h"
 #include "cuda/indexer/indexer.h"
 #include "cuda/indexer/topk_plan.h"
+#include "cuda/ops/ops.h"
 #include "harness.h"
 #include "kvcache/kv_record.h"
 
@@ -504,6 +505,39 @@ TEST(CudaIndexer, PrepareFusedMatchesSeparate) {
   EXPECT_EQ(std::memcmp(w1.data(), w2.data(), w1.size() * 4), 0);
   EXPECT_FALSE(indexer_prepare(d_q2.as<__nv_bfloat16>(), T, kHeads, kDim, kRope, d_pos.as<int32_t>(), d_inv.as<float>(),
                                nullptr, ld, scale, d_w2.as<float>(), nullptr)
+                   .is_ok());
+
+  // With the attention query heads (Flash: 64 heads of 512, rope 64) in the same launch: the
+  // indexer's outputs as before, and the heads bit-identical to q_norm_rope's.
+  constexpr int kQHeads = 64, kQDim = 512, kQRope = 64;
+  const std::vector<float> aq = random_bf16_values(int64_t(T) * kQHeads * kQDim, 14, 3.0f);
+  const cpu::Rope arope(compress_rope(), kQRope);
+  DeviceBuffer d_ainv = upload_vector(arope.inv_freq());
+  DeviceBuffer d_aq1 = upload_vector(to_bf16(aq)), d_aq2 = upload_vector(to_bf16(aq));
+  DeviceBuffer d_q3 = upload_vector(to_bf16(q0)), d_w3 = device_alloc(size_t(T) * kHeads * 4);
+  poison(d_w3);
+  DSV4_ASSERT_OK(q_norm_rope(d_aq1.as<__nv_bfloat16>(), T, kQHeads, kQDim, kQRope, d_pos.as<int32_t>(),
+                             d_ainv.as<float>(), 1e-6f, nullptr));
+  QueryNormRope qn;
+  qn.q = d_aq2.as<__nv_bfloat16>();
+  qn.n_heads = kQHeads;
+  qn.head_dim = kQDim;
+  qn.rope_dim = kQRope;
+  qn.inv_freq = d_ainv.as<float>();
+  qn.eps = 1e-6f;
+  DSV4_ASSERT_OK(indexer_prepare(d_q3.as<__nv_bfloat16>(), T, kHeads, kDim, kRope, d_pos.as<int32_t>(), d_inv.as<float>(),
+                                 d_proj.as<float>(), ld, scale, d_w3.as<float>(), nullptr, &qn));
+  DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<uint16_t> aq1 = download<uint16_t>(d_aq1.get(), aq.size());
+  EXPECT_TRUE(aq1 == download<uint16_t>(d_aq2.get(), aq.size())) << "query heads differ from q_norm_rope's";
+  EXPECT_FALSE(aq1 == to_bf16(aq)) << "q_norm_rope changed nothing";
+  EXPECT_TRUE(download<uint16_t>(d_q1.get(), q0.size()) == download<uint16_t>(d_q3.get(), q0.size()));
+  const std::vector<float> w3 = download<float>(d_w3.get(), size_t(T) * kHeads);
+  EXPECT_EQ(std::memcmp(w1.data(), w3.data(), w1.size() * 4), 0);
+  QueryNormRope bad = qn;
+  bad.head_dim = 1032;  // past the 1024 dims a warp holds
+  EXPECT_FALSE(indexer_prepare(d_q3.as<__nv_bfloat16>(), T, kHeads, kDim, kRope, d_pos.as<int32_t>(), d_inv.as<float>(),
+                               d_proj.as<float>(), ld, scale, d_w3.as<float>(), nullptr, &bad)
                    .is_ok());
 }
 

@@ -13,6 +13,7 @@
 #include "cuda/indexer/indexer.h"
 #include "cuda/indexer/ref_numerics.cuh"
 #include "cuda/indexer/topk_plan.h"
+#include "cuda/ops/q_head.cuh"
 
 namespace dsv4::cuda {
 
@@ -34,6 +35,13 @@ struct PrepArgs {
   int64_t ld;
   float w_scale;
   float* w;                  // f32 [T, n_heads]
+  // Attention query heads in the same launch (QueryNormRope): blocks y >= prep_groups take
+  // kPrepHeads heads each; q == nullptr: none.
+  int prep_groups;           // ceil(n_heads / kPrepHeads)
+  __nv_bfloat16* q;          // bf16 [T, q_heads, q_dim]
+  int q_heads, q_dim, q_rope_dim;
+  const float* q_inv_freq;
+  float q_eps;
 };
 
 // w[t, h] = bf16(bf16(proj[t, h]) * scale), in fp32 without contraction.
@@ -47,7 +55,18 @@ __device__ __forceinline__ float head_weight(float proj, float scale) {
 // the four dims 4l .. 4l + 3, so the butterflies of span 1 and 2 are in-thread and spans 4 .. 64
 // pair lane l with lane l ^ (span / 4). The lower element of a pair becomes a + b, the upper
 // a - b, exactly as the reference's loop.
+// Blocks (t, y >= prep_groups): the attention query heads 8 (y - prep_groups) .. + 7 of row t,
+// one per warp, as q_norm_rope_kernel does them (ops/q_head.cuh).
 __global__ void __launch_bounds__(kPrepThreads) indexer_prepare_q_kernel(const PrepArgs g) {
+  if (int(blockIdx.y) >= g.prep_groups) {
+    pdl_wait();  // q comes from the wq_b GEMM; token_pos is the step's host copy
+    const int h = (int(blockIdx.y) - g.prep_groups) * kPrepHeads + int(threadIdx.x >> 5);
+    if (h >= g.q_heads) return;  // whole warps
+    const int t = blockIdx.x;
+    ops_detail::q_head_norm_rope(g.q + (int64_t(t) * g.q_heads + h) * g.q_dim, g.q_dim, g.q_rope_dim,
+                                 float(g.token_pos[t]), g.q_inv_freq, g.q_eps, int(threadIdx.x & 31));
+    return;
+  }
   __shared__ float s_cos[kHeadDim / 2], s_sin[kHeadDim / 2];
   const int half_rope = g.rope_dim / 2;
   const float freq = int(threadIdx.x) < half_rope ? g.inv_freq[threadIdx.x] : 0.0f;  // constant
@@ -142,7 +161,8 @@ bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p
 namespace {
 
 Status launch_prepare(__nv_bfloat16* qi, int T, int n_heads, int head_dim, int rope_dim, const int32_t* token_pos,
-                      const float* inv_freq, const float* proj, int64_t ld, float w_scale, float* w, cudaStream_t stream) {
+                      const float* inv_freq, const float* proj, int64_t ld, float w_scale, float* w, cudaStream_t stream,
+                      const QueryNormRope* qn = nullptr) {
   if (T < 0 || n_heads < 1) return invalid_argument("indexer_prepare_q: T={} n_heads={}", T, n_heads);
   if (head_dim != kHeadDim) return invalid_argument("indexer_prepare_q: head_dim {} (the kernel is built for {})", head_dim, kHeadDim);
   if (rope_dim < 0 || rope_dim > head_dim || rope_dim % 2 != 0)
@@ -152,8 +172,29 @@ Status launch_prepare(__nv_bfloat16* qi, int T, int n_heads, int head_dim, int r
     return invalid_argument("indexer_prepare_q: null qi, token_pos or inv_freq");
   if (!aligned(qi, 8)) return invalid_argument("indexer_prepare_q: qi must be 8-byte aligned");
   DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
-  const PrepArgs g{qi, token_pos, inv_freq, n_heads, rope_dim, 1.0f / std::sqrt(float(head_dim)), proj, ld, w_scale, w};
-  const dim3 grid(unsigned(T), unsigned((n_heads + kPrepHeads - 1) / kPrepHeads));
+  const int prep_groups = (n_heads + kPrepHeads - 1) / kPrepHeads;
+  PrepArgs g{qi, token_pos, inv_freq, n_heads, rope_dim, 1.0f / std::sqrt(float(head_dim)), proj, ld, w_scale, w,
+             prep_groups, nullptr, 0, 0, 0, nullptr, 0.0f};
+  int q_groups = 0;
+  if (qn != nullptr) {
+    // q_norm_rope's contract (ops.h), checked the same way.
+    if (qn->q == nullptr || (qn->rope_dim > 0 && qn->inv_freq == nullptr))
+      return invalid_argument("indexer_prepare: null query heads or inv_freq");
+    if (qn->n_heads < 1 || qn->head_dim < 8 || qn->head_dim % 8 != 0 || qn->head_dim > 8 * 32 * ops_detail::kQHeadChunks ||
+        qn->rope_dim < 0 || qn->rope_dim % 8 != 0 || qn->rope_dim > qn->head_dim)
+      return invalid_argument("indexer_prepare: query heads {} of {} dims (a multiple of 8 up to {}), rope_dim {} (a "
+                              "multiple of 8 up to the head dims)",
+                              qn->n_heads, qn->head_dim, 8 * 32 * ops_detail::kQHeadChunks, qn->rope_dim);
+    if (!aligned(qn->q, 16)) return invalid_argument("indexer_prepare: query heads must be 16-byte aligned");
+    g.q = qn->q;
+    g.q_heads = qn->n_heads;
+    g.q_dim = qn->head_dim;
+    g.q_rope_dim = qn->rope_dim;
+    g.q_inv_freq = qn->inv_freq;
+    g.q_eps = qn->eps;
+    q_groups = (qn->n_heads + kPrepHeads - 1) / kPrepHeads;
+  }
+  const dim3 grid(unsigned(T), unsigned(prep_groups + q_groups));
   return launch_kernel(&indexer_prepare_q_kernel, grid, dim3(kPrepThreads), 0, stream, pdl, g,
                        "indexer_prepare_q_kernel");
 }
@@ -167,10 +208,10 @@ Status indexer_prepare_q(__nv_bfloat16* qi, int T, int n_heads, int head_dim, in
 
 Status indexer_prepare(__nv_bfloat16* qi, int T, int n_heads, int head_dim, int rope_dim, const int32_t* token_pos,
                        const float* inv_freq, const float* proj, int64_t ld, float w_scale, float* w,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, const QueryNormRope* q_heads) {
   if (ld < n_heads) return invalid_argument("indexer_prepare: ld {} < n_heads {}", ld, n_heads);
   if (T > 0 && (proj == nullptr || w == nullptr)) return invalid_argument("indexer_prepare: null proj or w");
-  return launch_prepare(qi, T, n_heads, head_dim, rope_dim, token_pos, inv_freq, proj, ld, w_scale, w, stream);
+  return launch_prepare(qi, T, n_heads, head_dim, rope_dim, token_pos, inv_freq, proj, ld, w_scale, w, stream, q_heads);
 }
 
 Status indexer_weights(const float* proj, int64_t ld, int T, int n_heads, float scale, float* w, cudaStream_t stream) {

@@ -11,6 +11,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/ops/ops.h"
 #include "cuda/ops/ops_util.cuh"
+#include "cuda/ops/q_head.cuh"
 
 namespace dsv4::cuda {
 
@@ -21,7 +22,6 @@ using namespace ops_detail;
 constexpr int kNormThreads = 128;
 constexpr int kNormChunks = 4;  // n <= 128 * 8 * 4 = 4096
 constexpr int kHeadWarps = 4;   // query heads per block
-constexpr int kHeadChunks = 4;  // d <= 32 * 8 * 4 = 1024
 
 struct RmsnormArgs {
   __nv_bfloat16* x;  // bf16 [T] rows of n values, row stride ld; in place
@@ -55,39 +55,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32) q_norm_rope_kernel(const QNor
   const int lane = threadIdx.x & 31;
   const int64_t head = int64_t(blockIdx.x) * kHeadWarps + (threadIdx.x >> 5);
   if (head >= int64_t(a.T) * H) return;  // whole warps leave together
-  __nv_bfloat16* row = a.q + head * d;
-  const int t = int(head / H);
-  const int n_chunks = d / 8, nope = d - a.rope_dim;
-  float v[kHeadChunks][8];
-  float ss = 0.0f;
-#pragma unroll
-  for (int ci = 0; ci < kHeadChunks; ++ci) {
-    const int c = lane + 32 * ci;
-    if (c < n_chunks) {
-      load_bf16x8(row + 8 * c, v[ci]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) ss += v[ci][e] * v[ci][e];
-    }
-  }
-  ss = warp_sum(ss);
-  const float r = 1.0f / sqrtf(ss / float(d) + a.eps);
-  const float pos = float(a.token_pos[t]);
-#pragma unroll
-  for (int ci = 0; ci < kHeadChunks; ++ci) {
-    const int c = lane + 32 * ci;
-    if (c >= n_chunks) continue;
-    float out[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) out[e] = round_bf16_dev(__fmul_rn(v[ci][e], r));
-    if (8 * c >= nope) {  // a chunk of the rope part: 4 whole pairs (rope_dim, nope multiples of 8)
-      const int k0 = (8 * c - nope) / 2;
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        rope_pair(out[2 * p], out[2 * p + 1], __fmul_rn(pos, __ldg(a.inv_freq + k0 + p)));
-      }
-    }
-    store_bf16x8(row + 8 * c, out);  // the final bf16 (the rope part's second rounding)
-  }
+  q_head_norm_rope(a.q + head * d, d, a.rope_dim, float(a.token_pos[head / H]), a.inv_freq, a.eps, lane);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -110,11 +78,11 @@ Status q_norm_rope(__nv_bfloat16* q, int T, int H, int d, int rope_dim, const in
                    const float* inv_freq, float eps, cudaStream_t stream) {
   if (q == nullptr || token_pos == nullptr || (rope_dim > 0 && inv_freq == nullptr))
     return invalid_argument("q_norm_rope: null pointer");
-  if (T < 0 || H < 1 || d < 8 || d % 8 != 0 || d > 8 * 32 * kHeadChunks || rope_dim < 0 || rope_dim % 8 != 0 ||
+  if (T < 0 || H < 1 || d < 8 || d % 8 != 0 || d > 8 * 32 * kQHeadChunks || rope_dim < 0 || rope_dim % 8 != 0 ||
       rope_dim > d)
     return invalid_argument("q_norm_rope: bad sizes (T {}, H {}, d {} a multiple of 8 up to {}, rope_dim {} a multiple "
                             "of 8 up to d)",
-                            T, H, d, 8 * 32 * kHeadChunks, rope_dim);
+                            T, H, d, 8 * 32 * kQHeadChunks, rope_dim);
   if (!aligned16(q)) return invalid_argument("q_norm_rope: q must be 16-byte aligned");
   if (T == 0) return Status::ok();
   const int64_t heads = int64_t(T) * H;
