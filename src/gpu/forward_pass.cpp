@@ -120,7 +120,9 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
                                              L.inv_freq, kv.view, kv.view.chunk, stream_,
                                              b.one_row_per_seq ? &b : nullptr));
   // q = bf16(qa wq_b^T), then per head unweighted rmsnorm and rope (CSA layers: in the indexer's
-  // prep launch below, one launch fewer; attention is the first reader of q either way)
+  // prep launch below, one launch fewer; attention is the first reader of q either way). The same
+  // in the main compressor's emit launch on HCA layers measured no gain (the cuBLAS projection
+  // between them is launched without PDL; bench/results/forward_h200.md).
   mark(StepCategory::kW4A16Linear);
   DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
   const bool csa = L.spec.attn == AttnType::kCsa;

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "base/status.h"
+#include "cuda/ops/q_head.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/common/kv_view.h"
 #include "cuda/common/step_batch.h"
@@ -30,19 +31,9 @@ Status indexer_prepare_q(__nv_bfloat16* qi, int T, int n_heads, int head_dim, in
 // proj: f32 [T, ld] (weights_proj output, unrounded); w: f32 [T, nI].
 Status indexer_weights(const float* proj, int64_t ld, int T, int n_heads, float scale, float* w, cudaStream_t stream);
 
-// The attention query heads of the same rows, for indexer_prepare to normalize and rotate in
-// extra blocks of its launch: exactly cuda::q_norm_rope(q, T, n_heads, head_dim, rope_dim,
-// token_pos, inv_freq, eps) (ops.h; the same device code), one launch fewer per CSA layer.
-struct QueryNormRope {
-  __nv_bfloat16* q = nullptr;  // bf16 [T, n_heads, head_dim], in place
-  int n_heads = 0, head_dim = 0, rope_dim = 0;  // head_dim a multiple of 8 up to 1024, rope_dim of 8
-  const float* inv_freq = nullptr;  // f32 [rope_dim / 2]
-  float eps = 0.0f;
-};
-
 // indexer_prepare_q and indexer_weights in one launch (the same results; one block per row does
 // both), for the decode step where each launch costs more than its work; with q_heads, the
-// attention query's q_norm_rope as well (its blocks run beside the prep blocks).
+// attention query's q_norm_rope as well (cuda/ops/q_head.h; its blocks run beside the prep blocks).
 Status indexer_prepare(__nv_bfloat16* qi, int T, int n_heads, int head_dim, int rope_dim, const int32_t* token_pos,
                        const float* inv_freq, const float* proj, int64_t ld, float w_scale, float* w,
                        cudaStream_t stream, const QueryNormRope* q_heads = nullptr);

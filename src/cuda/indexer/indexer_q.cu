@@ -35,13 +35,10 @@ struct PrepArgs {
   int64_t ld;
   float w_scale;
   float* w;                  // f32 [T, n_heads]
-  // Attention query heads in the same launch (QueryNormRope): blocks y >= prep_groups take
-  // kPrepHeads heads each; q == nullptr: none.
+  // Attention query heads in the same launch (ops/q_head.h): blocks y >= prep_groups take
+  // kPrepHeads heads each; q_heads.q == nullptr: none.
   int prep_groups;           // ceil(n_heads / kPrepHeads)
-  __nv_bfloat16* q;          // bf16 [T, q_heads, q_dim]
-  int q_heads, q_dim, q_rope_dim;
-  const float* q_inv_freq;
-  float q_eps;
+  QueryNormRope q_heads;
 };
 
 // w[t, h] = bf16(bf16(proj[t, h]) * scale), in fp32 without contraction.
@@ -60,11 +57,8 @@ __device__ __forceinline__ float head_weight(float proj, float scale) {
 __global__ void __launch_bounds__(kPrepThreads) indexer_prepare_q_kernel(const PrepArgs g) {
   if (int(blockIdx.y) >= g.prep_groups) {
     pdl_wait();  // q comes from the wq_b GEMM; token_pos is the step's host copy
-    const int h = (int(blockIdx.y) - g.prep_groups) * kPrepHeads + int(threadIdx.x >> 5);
-    if (h >= g.q_heads) return;  // whole warps
     const int t = blockIdx.x;
-    ops_detail::q_head_norm_rope(g.q + (int64_t(t) * g.q_heads + h) * g.q_dim, g.q_dim, g.q_rope_dim,
-                                 float(g.token_pos[t]), g.q_inv_freq, g.q_eps, int(threadIdx.x & 31));
+    ops_detail::q_heads_of_block(g.q_heads, t, float(g.token_pos[t]), int(blockIdx.y) - g.prep_groups);
     return;
   }
   __shared__ float s_cos[kHeadDim / 2], s_sin[kHeadDim / 2];
@@ -174,24 +168,11 @@ Status launch_prepare(__nv_bfloat16* qi, int T, int n_heads, int head_dim, int r
   DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
   const int prep_groups = (n_heads + kPrepHeads - 1) / kPrepHeads;
   PrepArgs g{qi, token_pos, inv_freq, n_heads, rope_dim, 1.0f / std::sqrt(float(head_dim)), proj, ld, w_scale, w,
-             prep_groups, nullptr, 0, 0, 0, nullptr, 0.0f};
+             prep_groups, QueryNormRope{}};
   int q_groups = 0;
   if (qn != nullptr) {
-    // q_norm_rope's contract (ops.h), checked the same way.
-    if (qn->q == nullptr || (qn->rope_dim > 0 && qn->inv_freq == nullptr))
-      return invalid_argument("indexer_prepare: null query heads or inv_freq");
-    if (qn->n_heads < 1 || qn->head_dim < 8 || qn->head_dim % 8 != 0 || qn->head_dim > 8 * 32 * ops_detail::kQHeadChunks ||
-        qn->rope_dim < 0 || qn->rope_dim % 8 != 0 || qn->rope_dim > qn->head_dim)
-      return invalid_argument("indexer_prepare: query heads {} of {} dims (a multiple of 8 up to {}), rope_dim {} (a "
-                              "multiple of 8 up to the head dims)",
-                              qn->n_heads, qn->head_dim, 8 * 32 * ops_detail::kQHeadChunks, qn->rope_dim);
-    if (!aligned(qn->q, 16)) return invalid_argument("indexer_prepare: query heads must be 16-byte aligned");
-    g.q = qn->q;
-    g.q_heads = qn->n_heads;
-    g.q_dim = qn->head_dim;
-    g.q_rope_dim = qn->rope_dim;
-    g.q_inv_freq = qn->inv_freq;
-    g.q_eps = qn->eps;
+    DSV4_RETURN_IF_ERROR(check_query_norm_rope(*qn, "indexer_prepare"));
+    g.q_heads = *qn;
     q_groups = (qn->n_heads + kPrepHeads - 1) / kPrepHeads;
   }
   const dim3 grid(unsigned(T), unsigned(prep_groups + q_groups));

@@ -1,16 +1,17 @@
 // q_head.cuh: one attention query head's per-head RMSNorm (unweighted), bf16, RoPE on its last
 // rope_dim dims and bf16 again, in place, by one warp (cpu::attention_forward's query path after
-// wq_b). Shared by q_norm_rope (norm_rope.cu) and by the indexer's prep launch, which takes the
-// heads of CSA layers in extra blocks (indexer/indexer_q.cu), so the two are bit-identical.
+// wq_b). Shared by q_norm_rope (norm_rope.cu) and by the launches that take the heads in extra
+// blocks (q_head.h: the indexer's prep on CSA layers), so every variant is bit-identical.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include "cuda/ops/ops_util.cuh"
+#include "cuda/ops/q_head.h"
 
 namespace dsv4::cuda::ops_detail {
 
-inline constexpr int kQHeadChunks = 4;  // d <= 32 lanes x 8 x 4 = 1024
+inline constexpr int kQHeadChunks = kQHeadMaxDim / (32 * 8);
 
 // row: bf16 [d], d a multiple of 8 up to 1024, rope_dim a multiple of 8; pos: the token's
 // position as a float; inv_freq: f32 [rope_dim / 2]. Every lane of the warp calls it.
@@ -44,6 +45,16 @@ __device__ __forceinline__ void q_head_norm_rope(__nv_bfloat16* row, int d, int 
     }
     store_bf16x8(row + 8 * c, out);  // the final bf16 (the rope part's second rounding)
   }
+}
+
+// Heads block * warps .. + warps - 1 of row t (warps: the block's warps), one per warp: what extra
+// block `block` of a launch takes for row t. Every thread of the block calls it after its PDL wait.
+__device__ __forceinline__ void q_heads_of_block(const QueryNormRope& qn, int t, float pos, int block) {
+  const int warps = int(blockDim.x >> 5);
+  const int h = block * warps + int(threadIdx.x >> 5);
+  if (h >= qn.n_heads) return;
+  q_head_norm_rope(qn.q + (int64_t(t) * qn.n_heads + h) * qn.head_dim, qn.head_dim, qn.rope_dim, pos, qn.inv_freq,
+                   qn.eps, int(threadIdx.x & 31));
 }
 
 }  // namespace dsv4::cuda::ops_detail
