@@ -19,10 +19,11 @@ namespace dsv4::cuda::compressor_detail {
 
 namespace {
 
-// The entry completed by token row t (position p = w * m + m - 1) of sequence seq: channel j =
-// threadIdx.x (norm_w and inv_freq its constants). Reads the ring, never writes it.
-__device__ __forceinline__ void emit_entry(const CompressorLaunch& g, int t, int seq, int64_t p, float norm_w,
-                                           float inv_freq) {
+// The entry completed by token row t (position p = w * m + m - 1) of sequence seq, whose ring is
+// at `slot`: channel j = threadIdx.x (norm_w and inv_freq its constants). Reads the ring, never
+// writes it.
+__device__ __forceinline__ void emit_entry(const CompressorLaunch& g, int t, int seq, int slot, int64_t p,
+                                           float norm_w, float inv_freq) {
   __shared__ float s_x[kMaxDim];
   __shared__ float s_part[kMaxDim / 32];
   __shared__ float s_rms;
@@ -33,7 +34,7 @@ __device__ __forceinline__ void emit_entry(const CompressorLaunch& g, int t, int
   const int dim = g.dim, width = g.coff * dim, ring_rows = g.coff * m;
   const int64_t w = p / m;
   const int64_t pos0 = g.b.seq_pos0[seq], tok0 = g.b.seq_tok0[seq];
-  const float* ring_a = g.state + int64_t(g.b.seq_slot[seq]) * 2 * ring_rows * width;
+  const float* ring_a = g.state + int64_t(slot) * 2 * ring_rows * width;
   const float* ring_z = ring_a + int64_t(ring_rows) * width;
   // (a, z + ape) of position q, column col: from the step's rows or, before them, the ring.
   auto z_at = [&](int64_t q, int col) -> float {
@@ -164,7 +165,7 @@ __global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(CompressorLaun
   const int slot = g.b.seq_slot[seq];
   if (slot < 0) return;
   const int64_t p = g.b.token_pos[t];
-  if ((p + 1) % g.ratio == 0) emit_entry(g, t, seq, p, norm_w, inv_freq);
+  if ((p + 1) % g.ratio == 0) emit_entry(g, t, seq, slot, p, norm_w, inv_freq);
   if (g.save_too) save_ring_row(g, t, slot);
 }
 

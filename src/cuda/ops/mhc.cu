@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
   // HcComb::kLogits: the Sinkhorn of the block's tokens' comb logits, before the wait. The logits
   // come from a finish kernel at least two launches back, complete by the time this grid starts
   // (ops.h); each warp projects every kWarps-th token, as the finish kernel would (same bits).
-  __shared__ float s_comb[kMixMaxLogitTokens][kMixMaxHc * kMixMaxHc];
+  __shared__ float s_comb[kHcLogitsMaxTokens][kMixMaxHc * kMixMaxHc];  // launch_hc_mix checks T
   if (kPost && a.comb_logits) {
     const int hc = a.hc;
     for (int i = warp; i < t1 - t0; i += kWarps) {
@@ -431,7 +431,6 @@ Status launch_hc_mix(const char* name, __nv_bfloat16* X, const int32_t* rows, in
   const bool logits = comb == HcComb::kLogits;
   if (logits && T > kHcLogitsMaxTokens)
     return invalid_argument("{}: HcComb::kLogits takes at most {} tokens (T {})", name, kHcLogitsMaxTokens, T);
-  static_assert(kHcLogitsMaxTokens <= kMixMaxLogitTokens, "the partials kernel keeps that many combs");
   const MixPartialsArgs pa{X,        rows,        p.fn,   post.y,           post.mix, d.hc,  d.D,  n_mix,
                            T,        plan.tokens_per_block, partials, partial_row, fused && logits,
                            d.sinkhorn_iters, d.hc_eps};

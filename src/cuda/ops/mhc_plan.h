@@ -24,7 +24,6 @@ inline constexpr int kMixMaxHc = 4;                // streams a partials block c
 inline constexpr int kMixThreads = kMixMaxHc * kMixSplitDims / 4;  // 4 columns of one stream per thread
 inline constexpr int kMixMaxGroups = 32;           // token groups at most (fn reads from L2)
 inline constexpr int kMixMinTokensPerBlock = 8;    // below this fn re-reads cost more than they give
-inline constexpr int kMixMaxLogitTokens = 8;       // combs a partials block projects (HcComb::kLogits)
 
 struct MixPlan {
   int n_splits = 0;          // partials blocks along D (64 columns of every stream each)
