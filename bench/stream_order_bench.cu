@@ -45,7 +45,7 @@ const char* order_name(int o) {
   }
 }
 
-__device__ __forceinline__ int64_t chunk_of(int order, int b, int w, int i, int items, int blocks) {
+[[maybe_unused]] __device__ __forceinline__ int64_t chunk_of(int order, int b, int w, int i, int items, int blocks) {
   switch (order) {
     case kSlab: return int64_t(b) * kWarps * items + int64_t(i) * kWarps + w;
     case kTile: return int64_t(b) * kWarps * items + int64_t(w / 2) * 2 * items + (w % 2) + 2 * i;
