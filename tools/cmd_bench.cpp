@@ -38,7 +38,7 @@ using nlohmann::json;
 struct BenchArgs {
   std::string model, synthetic, out, commit = "unknown", command;
   std::vector<std::string> layer_types;  // synthetic: per-layer swa|csa|hca (default: Flash's pattern)
-  std::string dense_decode = "none";     // GpuModelOptions::dense_decode
+  std::string dense_decode = "proj";     // GpuModelOptions::dense_decode
   std::string pdl = "on";                // on | off: cuda::set_pdl_enabled, before the model loads
   int attention_head_groups = 0;         // GpuModelOptions::attention_head_groups
   int layers = 20;
@@ -338,7 +338,7 @@ void register_bench(CLI::App& app, int& exit_code) {
   cmd->add_option("--chunk", a->chunk, "prefill chunk (tokens per step)")->capture_default_str();
   cmd->add_option("--seed", a->seed, "synthetic weights seed")->capture_default_str();
   cmd->add_option("--dense-decode", a->dense_decode, "none | woa | proj | woa,proj: dense linears of decode batches "
-                  "on the dense decode kernel instead of cuBLAS")->capture_default_str();
+                  "on the project's dense decode kernels instead of cuBLAS (proj: 1..4 rows)")->capture_default_str();
   cmd->add_option("--pdl", a->pdl, "on | off: programmatic dependent launch of the step kernels (SM90; off: plain "
                   "launches, for A/B runs)")->capture_default_str();
   cmd->add_option("--attention-head-groups", a->attention_head_groups,

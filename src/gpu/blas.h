@@ -1,9 +1,9 @@
 // blas.h: the three dense GEMMs of the forward pass, with bf16 inputs and fp32 accumulation:
 // the dense projections that stay fp32 (compressors, indexer head weights), the grouped wo_a
-// (bf16 out) and the LM head (fp32 logits), on cuBLAS. Decode batches (up to
-// cuda::kDenseDecodeMaxRows rows) of the projections and of wo_a can run on the weight-streaming
-// kernel of cuda/dense/dense.h instead, per shape class, as blas.cpp's switches say (never
-// weights larger than kDecodeMaxWeightBytes: the LM head). The handle is bound to the model's
+// (bf16 out) and the LM head (fp32 logits), on cuBLAS. Decode batches of the projections (1..4
+// rows, by default) and of wo_a (up to cuda::kDenseDecodeMaxRows rows, for A/B runs) can run on
+// the decode kernels of cuda/dense/dense.h instead, per shape class, as blas.cpp's switches say
+// (never weights larger than kDecodeMaxWeightBytes: the LM head). The handle is bound to the model's
 // stream and to a workspace allocated at load, so no call allocates and every call can be
 // captured in a graph.
 #pragma once

@@ -27,9 +27,10 @@ struct GpuModelOptions {
   int64_t max_positions = 0;       // longest sequence (0: the config's max_position_embeddings)
   // options() reports the resolved values (n_kv_blocks, max_positions) after load.
   std::vector<int> graph_batch_sizes;  // decode batch sizes to capture (empty: eager only)
-  // Decode batches (<= 32 rows) of these dense BF16 linears on the dense decode kernel instead of
-  // cuBLAS: "none", "woa" (grouped wo_a), "proj" (compressor/indexer projections), "woa,proj".
-  std::string dense_decode = "none";
+  // Decode batches of these dense BF16 linears on the project's dense decode kernels instead of
+  // cuBLAS (gpu/blas.cpp): "none", "woa" (grouped wo_a, up to 32 rows), "proj" (compressor and
+  // indexer projections, 1..4 rows: the weight-streaming kernel), "woa,proj".
+  std::string dense_decode = "proj";
   // Sparse attention blocks of 1 or 4 groups of 16 heads for every batch; 0: the plan picks by
   // batch size (for A/B runs: `dsv4 bench --attention-head-groups`).
   int attention_head_groups = 0;

@@ -164,7 +164,8 @@ void time_it(const char* name, const Problem& p, int m, DenseOut out) {
   cudaEventDestroy(b);
 }
 
-const int kRealM[] = {1, 2, 7, 16, 32};
+// rows_per_block 0 at 1..4 rows is the weight-streaming kernel (dense_stream.cu), 8 and 16 the mma one.
+const int kRealM[] = {1, 2, 4, 7, 16, 32};
 
 TEST(DenseDecode, GroupedWoA) {
   DSV4_SKIP_WITHOUT_GPU();
@@ -198,11 +199,13 @@ TEST(DenseDecode, EdgeShapes) {
       {"n5_k96", 5, 96, 1, 96, 0, 5, 0},                   // one partial chunk, most warps idle
       {"k4128", 40, 4128, 1, 4128, 0, 40, 0},              // K one step past a chunk multiple
       {"grp3", 24, 288, 3, 3 * 288 + 16, 288 + 8, 3 * 30 + 2, 30},  // groups with padded strides
+      {"grp20", 35, 320, 20, 20 * 320 + 8, 320, 20 * 40, 40},        // stream kernel: blocks span two groups
+      {"k6176", 300, 6176, 1, 6176, 0, 300, 0},                      // stream kernel: pieces 2048, 2048, 2048, 32
   };
   for (const Case& c : cases) {
     const Problem p = make_problem(c.n, c.k, c.groups, c.ldx, c.xgs, c.ldy, c.ygs, 303);
-    for (int m : {1, 2, 7, 9, 16, 20, 32})
-      for (int rpb : {8, 16}) {
+    for (int m : {1, 2, 3, 4, 7, 9, 16, 20, 32})
+      for (int rpb : {0, 8, 16}) {
         check(c.name, p, m, DenseOut::kF32, rpb);
         check(c.name, p, m, DenseOut::kBf16, rpb);
       }

@@ -15,6 +15,7 @@
 // use zeros. At the end the 8 warps add their fp32 sums through shared memory in warp order and
 // one rounding writes y. W rows past N read a copy of row N-1 and are never stored.
 #include "cuda/dense/dense.h"
+#include "cuda/dense/dense_internal.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -216,13 +217,15 @@ Status dense_decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y
                             s.n, s.k, s.groups, s.ldx, s.x_group_stride, s.ldy, s.y_group_stride);
   if (rows_per_block != 0 && rows_per_block != 8 && rows_per_block != 16)
     return invalid_argument("dense_decode_gemm: rows_per_block {} (0, 8 or 16)", rows_per_block);
+  DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
+  // 1..4 rows: the weight-streaming kernel (dense_stream.cu); rows_per_block forces this one.
+  if (rows_per_block == 0 && dense_stream_supported(s, *dev)) return dense_stream_gemm(x, w, y, out, s, stream);
   const int xr = s.m <= 8 ? 1 : s.m <= 16 ? 2 : 4;
   int nt = rows_per_block / 8;
   if (nt == 0) {
     // Two n8 tiles per block halve the x reads per weight byte. One tile doubles the blocks, for
     // grids of 16-row blocks that would leave SMs idle, as long as the 8-row grid still runs in
     // one wave (two blocks per SM): a partial second wave costs more than unequal SMs.
-    DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
     const int64_t blocks16 = int64_t(s.groups) * ((s.n + 15) / 16);
     const int64_t blocks8 = int64_t(s.groups) * ((s.n + 7) / 8);
     nt = xr < 4 && blocks16 < dev->n_sms && blocks8 <= 2 * int64_t(dev->n_sms) ? 1 : 2;

@@ -36,7 +36,8 @@ bool dense_decode_supported(const DenseDecodeShape& s, const void* x, const void
 
 // y (bf16 or f32, per `out`)[m, g * y_group_stride + j] = sum_kk x[m, g * x_group_stride + kk] .
 // w[(g * n + j) * k + kk], for m < s.m, g < s.groups, j < s.n; nothing else of y is written.
-// rows_per_block: 0 picks by shape; 8 or 16 force a tile height (tests).
+// rows_per_block: 0 picks the kernel and tile by shape (1..4 rows: the weight-streaming kernel
+// of dense_stream.cu where it fits); 8 or 16 force the mma kernel with that tile height (tests).
 Status dense_decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DenseOut out,
                          const DenseDecodeShape& s, cudaStream_t stream, int rows_per_block = 0);
 

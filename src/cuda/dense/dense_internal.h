@@ -1,0 +1,24 @@
+// dense_internal.h: the two kernels behind dense_decode_gemm (dense.h): the mma kernel of
+// dense.cu for up to 32 rows of x, and the weight-streaming kernel of dense_stream.cu for 1..4
+// rows, which dense_decode_gemm takes where it fits.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include "base/status.h"
+#include "cuda/common/arch.h"
+#include "cuda/dense/dense.h"
+
+namespace dsv4::cuda {
+
+inline constexpr int kDenseStreamMaxRows = 4;
+
+// Whether dense_stream_gemm takes the shape on `dev` (rows, k % 32, its shared memory: the rings
+// plus the x rows of the groups a block spans). dense_decode_supported must hold as well.
+bool dense_stream_supported(const DenseDecodeShape& s, const DeviceInfo& dev);
+
+Status dense_stream_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DenseOut out,
+                         const DenseDecodeShape& s, cudaStream_t stream);
+
+}  // namespace dsv4::cuda
