@@ -194,18 +194,21 @@ __global__ void __launch_bounds__(kThreads, 2) dense_stream_kernel(const StreamP
   }
 }
 
-// Dynamic shared memory above 48 KB needs the attribute: the device's limit, once per kernel
-// (one device per process).
+// Dynamic shared memory above 48 KB needs the attribute (per device): the device's limit, set
+// once per kernel and device.
+constexpr int kMaxDevices = 64;
 template <int M, bool kBf16Out>
 Status launch_stream(const StreamParams& p, int grid, size_t smem, const DeviceInfo& dev, cudaStream_t stream) {
   auto* kernel = &dense_stream_kernel<M, kBf16Out>;
-  static std::once_flag once;
-  static cudaError_t attr_err = cudaSuccess;
-  std::call_once(once, [&] {
-    attr_err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(dev.smem_optin_bytes) - kStaticSmemBytes);
+  static std::once_flag once[kMaxDevices];
+  static cudaError_t attr_err[kMaxDevices] = {};
+  if (dev.device < 0 || dev.device >= kMaxDevices)
+    return invalid_argument("dense_stream_gemm: device {} beyond the {} it tracks", dev.device, kMaxDevices);
+  std::call_once(once[dev.device], [&] {
+    attr_err[dev.device] = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                int(dev.smem_optin_bytes) - kStaticSmemBytes);
   });
-  DSV4_RETURN_IF_ERROR(cuda_status(attr_err, "cudaFuncSetAttribute(dense_stream_kernel)"));
+  DSV4_RETURN_IF_ERROR(cuda_status(attr_err[dev.device], "cudaFuncSetAttribute(dense_stream_kernel)"));
   DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
   return launch_kernel(kernel, dim3(unsigned(grid)), dim3(kThreads), smem, stream, pdl, p, "dense_stream_kernel");
 }
