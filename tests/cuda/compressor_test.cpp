@@ -149,16 +149,26 @@ struct GpuState {
   std::vector<float> state;
 };
 
-// Runs the schedule step by step on the GPU from poisoned pool and state. one_launch_decode: steps
-// whose sequences have at most one row each say so (StepBatchView::one_row_per_seq), as the
-// forward pass does, so the emit kernel saves the rings itself.
-GpuState run_gpu(const Fixture& f, const Schedule& sched, uint64_t seed, bool one_launch_decode = true) {
-  const CompressorParamsView p = f.params();
-  const int64_t ld = f.width + 16;  // padding columns hold garbage the kernels must not read
-  DeviceBuffer pool = device_alloc(size_t(f.n_blocks) * f.per_block * f.record_bytes);
-  DeviceBuffer state = device_alloc(size_t(f.n_slots) * size_t(compressor_state_floats(p)) * 4);
-  poison(pool);
-  poison(state);
+// Runs the schedule step by step on the GPU from poisoned pool and state, for each fixture of
+// `data` (its projections, weights and records) in the slots and pages of `f`: one
+// compressor_forward call per fixture and step, or with `pair` (two fixtures) one
+// compressor_forward_pair call. one_launch_decode: steps whose sequences have at most one row
+// each say so (StepBatchView::one_row_per_seq), as the forward pass does, so the emit kernel saves
+// the rings itself.
+std::vector<GpuState> run_gpu_each(const Fixture& f, const std::vector<const Fixture*>& data, const Schedule& sched,
+                                   uint64_t seed, bool one_launch_decode, bool pair) {
+  DSV4_CHECK(!pair || data.size() == 2, "a pair run takes two fixtures");
+  const size_t nf = data.size();
+  std::vector<DeviceBuffer> pools, states;
+  for (const Fixture* d : data) {
+    DSV4_CHECK(d->n_blocks == f.n_blocks && d->n_slots == f.n_slots && d->per_block == f.per_block &&
+                   d->length == f.length,
+               "fixtures of one run share the paging");
+    pools.push_back(device_alloc(size_t(f.n_blocks) * f.per_block * d->record_bytes));
+    states.push_back(device_alloc(size_t(f.n_slots) * size_t(compressor_state_floats(d->params())) * 4));
+    poison(pools.back());
+    poison(states.back());
+  }
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<int64_t> pos(size_t(f.n_seqs), 0);
@@ -168,11 +178,18 @@ GpuState run_gpu(const Fixture& f, const Schedule& sched, uint64_t seed, bool on
       if (sched[step][size_t(s)] > 0) order.push_back(s);
     if (step % 2 == 1) std::reverse(order.begin(), order.end());
     std::vector<int32_t> token_seq, token_pos, seq_slot, seq_pos0, seq_tok0, seq_ntok, block_table;
-    std::vector<float> a, z;
-    auto push_row = [&](const float* ar, const float* zr) {
-      for (int64_t c = 0; c < ld; ++c) {
-        a.push_back(c < f.width && ar ? ar[c] : nd(rng));
-        z.push_back(c < f.width && zr ? zr[c] : nd(rng));
+    std::vector<std::vector<float>> a(nf), z(nf);
+    // Row q of sequence s of every fixture (s < 0: a padding row). Padding columns hold garbage
+    // the kernels must not read.
+    auto push_row = [&](int s, int64_t q) {
+      for (size_t i = 0; i < nf; ++i) {
+        const Fixture& d = *data[i];
+        const float* ar = s < 0 ? nullptr : &d.a[size_t(s)][size_t(q) * d.width];
+        const float* zr = s < 0 ? nullptr : &d.z[size_t(s)][size_t(q) * d.width];
+        for (int64_t c = 0; c < d.width + 16; ++c) {
+          a[i].push_back(c < d.width && ar ? ar[c] : nd(rng));
+          z[i].push_back(c < d.width && zr ? zr[c] : nd(rng));
+        }
       }
     };
     for (size_t i = 0; i < order.size(); ++i) {
@@ -186,14 +203,14 @@ GpuState run_gpu(const Fixture& f, const Schedule& sched, uint64_t seed, bool on
         const int64_t q = pos[size_t(s)] + r;
         token_seq.push_back(int32_t(i));
         token_pos.push_back(int32_t(q));
-        push_row(&f.a[size_t(s)][size_t(q) * f.width], &f.z[size_t(s)][size_t(q) * f.width]);
+        push_row(s, q);
       }
       pos[size_t(s)] += n;
     }
     // A padding row (garbage projections) and a padding sequence.
     token_seq.push_back(-1);
     token_pos.push_back(0);
-    push_row(nullptr, nullptr);
+    push_row(-1, 0);
     seq_slot.push_back(-1);
     seq_pos0.push_back(0);
     seq_tok0.push_back(int32_t(token_seq.size()));
@@ -202,7 +219,12 @@ GpuState run_gpu(const Fixture& f, const Schedule& sched, uint64_t seed, bool on
 
     DeviceBuffer d_ts = upload_vector(token_seq), d_tp = upload_vector(token_pos), d_slot = upload_vector(seq_slot);
     DeviceBuffer d_p0 = upload_vector(seq_pos0), d_t0 = upload_vector(seq_tok0), d_nt = upload_vector(seq_ntok);
-    DeviceBuffer d_bt = upload_vector(block_table), d_a = upload_vector(a), d_z = upload_vector(z);
+    DeviceBuffer d_bt = upload_vector(block_table);
+    std::vector<DeviceBuffer> d_a, d_z;
+    for (size_t i = 0; i < nf; ++i) {
+      d_a.push_back(upload_vector(a[i]));
+      d_z.push_back(upload_vector(z[i]));
+    }
     std::vector<int32_t> ids(token_seq.size(), 0);
     DeviceBuffer d_ids = upload_vector(ids);
     StepBatchView b;
@@ -218,18 +240,34 @@ GpuState run_gpu(const Fixture& f, const Schedule& sched, uint64_t seed, bool on
     b.block_table = d_bt.as<int32_t>();
     b.max_blocks = f.max_blocks;
     b.one_row_per_seq = one_launch_decode && std::all_of(sched[step].begin(), sched[step].end(), [](int n) { return n <= 1; });
-    const Status st = compressor_forward(b, d_a.as<float>(), d_z.as<float>(), ld, p, state.as<float>(),
-                                         pool.as<uint8_t>(), f.record_bytes, nullptr);
-    DSV4_CHECK(st.is_ok(), "compressor_forward: {}", st.to_string());
+    std::vector<CompressorCall> calls(nf);
+    for (size_t i = 0; i < nf; ++i)
+      calls[i] = CompressorCall{d_a[i].as<float>(), d_z[i].as<float>(), data[i]->width + 16, data[i]->params(),
+                                states[i].as<float>(), pools[i].as<uint8_t>(), data[i]->record_bytes};
+    if (pair) {
+      const Status st = compressor_forward_pair(b, calls[0], calls[1], nullptr);
+      DSV4_CHECK(st.is_ok(), "compressor_forward_pair: {}", st.to_string());
+    } else {
+      for (const CompressorCall& c : calls) {
+        const Status st = compressor_forward(b, c.a, c.z, c.ld, c.p, c.state, c.pool, c.record_bytes, nullptr);
+        DSV4_CHECK(st.is_ok(), "compressor_forward: {}", st.to_string());
+      }
+    }
     DSV4_CHECK(cudaDeviceSynchronize() == cudaSuccess, "step {}: {}", step, cudaGetErrorString(cudaGetLastError()));
   }
   for (int s = 0; s < f.n_seqs; ++s)
     DSV4_CHECK(pos[size_t(s)] == f.length[size_t(s)], "schedule of sequence {} covers {} of {} tokens", s, pos[size_t(s)],
                f.length[size_t(s)]);
-  GpuState r;
-  r.pool = download_bytes(pool);
-  r.state = download<float>(state.get(), state.bytes() / 4);
+  std::vector<GpuState> r(nf);
+  for (size_t i = 0; i < nf; ++i) {
+    r[i].pool = download_bytes(pools[i]);
+    r[i].state = download<float>(states[i].get(), states[i].bytes() / 4);
+  }
   return r;
+}
+
+GpuState run_gpu(const Fixture& f, const Schedule& sched, uint64_t seed, bool one_launch_decode = true) {
+  return run_gpu_each(f, {&f}, sched, seed, one_launch_decode, /*pair=*/false)[0];
 }
 
 struct EntryStats {
@@ -427,6 +465,33 @@ TEST(CudaCompressor, HcaFp8) {
   Schedule s = {{300, 100, 254, 129}, {200, 27, 0, 130}};
   for (int i = 0; i < 3; ++i) s.push_back({1, 1, 1, 1});
   run_case({"hca m128 Dc512 fp8", 128, false, 512, CompressedRecord::kFp8Entry}, s, 3, 13);
+}
+
+// A CSA layer's two compressors (fp8 entries, dim 512; fp4 keys, dim 128: the pair launch's
+// blocks are 512 wide) in one compressor_forward_pair call per step = two compressor_forward
+// calls, byte for byte, over chunked prefill and decode steps (one launch and emit + save).
+TEST(CudaCompressor, CsaPairEqualsTwoCalls) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const Schedule sched = csa_schedule();
+  std::vector<int64_t> lengths(sched[0].size(), 0);
+  for (const auto& step : sched)
+    for (size_t s = 0; s < lengths.size(); ++s) lengths[s] += step[s];
+  const Fixture main_f({"csa_main", 4, true, 512, CompressedRecord::kFp8Entry}, lengths, 41);
+  const Fixture idx_f({"csa_idx", 4, true, 128, CompressedRecord::kFp4IndexKey}, lengths, 42);
+  for (const bool one_launch : {true, false}) {
+    const std::vector<GpuState> two = run_gpu_each(main_f, {&main_f, &idx_f}, sched, 43, one_launch, false);
+    const std::vector<GpuState> pair = run_gpu_each(main_f, {&main_f, &idx_f}, sched, 43, one_launch, true);
+    for (size_t i = 0; i < 2; ++i) {
+      size_t pool_diff = 0;
+      for (size_t k = 0; k < two[i].pool.size(); ++k) pool_diff += two[i].pool[k] != pair[i].pool[k];
+      EXPECT_EQ(pool_diff, 0u) << "compressor " << i << " one_launch " << one_launch;
+      EXPECT_EQ(std::memcmp(two[i].state.data(), pair[i].state.data(), two[i].state.size() * 4), 0)
+          << "compressor " << i << " one_launch " << one_launch;
+    }
+    // The pair's records are the CPU's, too (the main fixture's paging is its own).
+    const EntryStats st = check_entries(main_f, pair[0]);
+    EXPECT_EQ(st.bad, 0) << st.worst;
+  }
 }
 
 TEST(CudaCompressor, RejectsBadArguments) {

@@ -1,5 +1,6 @@
 // compressor.cu: compressor_forward, the validating launcher of the KV compressors (CSA main and
-// indexer compressors, HCA). Two launches on the caller's stream, emit (emit.cu) then save
+// indexer compressors, HCA), and compressor_forward_pair (a CSA layer's two compressors, their
+// emits in one launch). Two launches on the caller's stream, emit (emit.cu) then save
 // (save.cu), or for a decode step (one row per sequence) the emit alone, which then saves its row
 // itself; one block per token row, so the grid depends only on n_tokens (graph-safe);
 // nothing is allocated and nothing waits on the host. Both launch as programmatic dependents
@@ -31,11 +32,9 @@ int expected_record_bytes(const CompressorParamsView& p) {
   return -1;
 }
 
-}  // namespace
-
-Status compressor_forward(const StepBatchView& b, const float* a, const float* z, int64_t ld,
-                          const CompressorParamsView& p, float* state, uint8_t* pool, int record_bytes,
-                          cudaStream_t stream) {
+// The validated launch of one compressor (Status on bad arguments).
+Result<CompressorLaunch> make_launch(const StepBatchView& b, const float* a, const float* z, int64_t ld,
+                                     const CompressorParamsView& p, float* state, uint8_t* pool, int record_bytes) {
   if (p.ratio < 1 || kKvBlockTokens % p.ratio != 0)
     return invalid_argument("compressor_forward: ratio {} must divide {}", p.ratio, kKvBlockTokens);
   if (p.dim < 32 || p.dim > kMaxDim || p.dim % 32 != 0)
@@ -59,9 +58,8 @@ Status compressor_forward(const StepBatchView& b, const float* a, const float* z
   if (ld < p.width()) return invalid_argument("compressor_forward: ld {} < width {}", ld, p.width());
   if (!(p.norm_eps >= 0.0f)) return invalid_argument("compressor_forward: norm_eps {}", p.norm_eps);
   if (b.n_tokens < 0 || b.n_seqs < 0) return invalid_argument("compressor_forward: n_tokens {} n_seqs {}", b.n_tokens, b.n_seqs);
-  if (b.n_tokens == 0) return Status::ok();
-  if (b.token_seq == nullptr || b.token_pos == nullptr || b.seq_slot == nullptr || b.seq_pos0 == nullptr ||
-      b.seq_tok0 == nullptr || b.seq_ntok == nullptr || b.block_table == nullptr || b.max_blocks < 1)
+  if (b.n_tokens > 0 && (b.token_seq == nullptr || b.token_pos == nullptr || b.seq_slot == nullptr || b.seq_pos0 == nullptr ||
+      b.seq_tok0 == nullptr || b.seq_ntok == nullptr || b.block_table == nullptr || b.max_blocks < 1))
     return invalid_argument("compressor_forward: incomplete step batch");
   if (a == nullptr || z == nullptr || state == nullptr || pool == nullptr || p.ape == nullptr || p.norm_w == nullptr ||
       (p.rope_dim > 0 && p.inv_freq == nullptr))
@@ -87,9 +85,35 @@ Status compressor_forward(const StepBatchView& b, const float* a, const float* z
   g.hadamard_scale = 1.0f / std::sqrt(float(p.dim));
   g.record = p.record;
   g.save_too = b.one_row_per_seq;
+  return g;
+}
+
+}  // namespace
+
+Status compressor_forward(const StepBatchView& b, const float* a, const float* z, int64_t ld,
+                          const CompressorParamsView& p, float* state, uint8_t* pool, int record_bytes,
+                          cudaStream_t stream) {
+  DSV4_ASSIGN_OR_RETURN(const CompressorLaunch g, make_launch(b, a, z, ld, p, state, pool, record_bytes));
+  if (b.n_tokens == 0) return Status::ok();
   DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
   DSV4_RETURN_IF_ERROR(launch_compressor_emit(g, stream, pdl));
   return g.save_too ? Status::ok() : launch_compressor_save(g, stream, pdl);
+}
+
+Status compressor_forward_pair(const StepBatchView& b, const CompressorCall& first, const CompressorCall& second,
+                               cudaStream_t stream) {
+  const Result<CompressorLaunch> g0 =
+      make_launch(b, first.a, first.z, first.ld, first.p, first.state, first.pool, first.record_bytes);
+  if (!g0.is_ok()) return g0.status().with_context("first compressor");
+  const Result<CompressorLaunch> g1 =
+      make_launch(b, second.a, second.z, second.ld, second.p, second.state, second.pool, second.record_bytes);
+  if (!g1.is_ok()) return g1.status().with_context("second compressor");
+  if (b.n_tokens == 0) return Status::ok();
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  DSV4_RETURN_IF_ERROR(launch_compressor_emit_pair(g0.value(), g1.value(), stream, pdl));
+  if (b.one_row_per_seq) return Status::ok();
+  DSV4_RETURN_IF_ERROR(launch_compressor_save(g0.value(), stream, pdl));
+  return launch_compressor_save(g1.value(), stream, pdl);
 }
 
 }  // namespace dsv4::cuda

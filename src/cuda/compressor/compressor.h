@@ -51,4 +51,22 @@ Status compressor_forward(const StepBatchView& b, const float* a, const float* z
                           const CompressorParamsView& p, float* state, uint8_t* pool, int record_bytes,
                           cudaStream_t stream);
 
+// One compressor's arguments of compressor_forward.
+struct CompressorCall {
+  const float* a = nullptr;
+  const float* z = nullptr;
+  int64_t ld = 0;
+  CompressorParamsView p;
+  float* state = nullptr;
+  uint8_t* pool = nullptr;
+  int record_bytes = 0;
+};
+
+// Both compressors of a CSA layer (the main one and the indexer's) over one step: their emits in
+// one launch (a block per token row and compressor), then for chunks their saves. The same
+// records and ring states as compressor_forward(first) then compressor_forward(second): the two
+// read and write disjoint state and pools.
+Status compressor_forward_pair(const StepBatchView& b, const CompressorCall& first, const CompressorCall& second,
+                               cudaStream_t stream);
+
 }  // namespace dsv4::cuda

@@ -34,6 +34,9 @@ struct CompressorLaunch {
 // the row as launch_compressor_save would).
 // pdl: launch as a programmatic dependent of the previous kernel (SM90, common/pdl.cuh).
 Status launch_compressor_emit(const CompressorLaunch& g, cudaStream_t stream, bool pdl);
+// Both emits in one launch: grid (n_tokens, 2), blocks of max(g0.dim, g1.dim) threads.
+Status launch_compressor_emit_pair(const CompressorLaunch& g0, const CompressorLaunch& g1, cudaStream_t stream,
+                                   bool pdl);
 // Writes each sequence's last min(ntok, coff * ratio) rows into its ring (after the emit).
 Status launch_compressor_save(const CompressorLaunch& g, cudaStream_t stream, bool pdl);
 

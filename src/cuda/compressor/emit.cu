@@ -1,13 +1,16 @@
-// emit.cu: the compressor's entry emission (MODEL_SPEC.md §6.5), one block per token row, one
-// thread per channel; rows that do not complete a window (or belong to no sequence) return at
-// once. A completing row gathers its window's rows: positions before the sequence's first row of
-// the step from the ring state, the step's own rows from a / z (+ ape). Everything follows the
+// emit.cu: the compressor's entry emission (MODEL_SPEC.md §6.5), one block per token row (and
+// compressor, in the pair launch of a CSA layer's two compressors), one thread per channel; rows
+// that do not complete a window (or belong to no sequence) return at once. A completing row
+// gathers its window's rows: positions before the sequence's first row of the step from the ring
+// state, the step's own rows from a / z (+ ape). Everything follows the
 // CPU twin (cpu::compressor_push, compressor_finish_entry) operation by operation, in the same
 // order and without FMA contraction, so the result matches it up to the last-ulp differences of
 // expf (CUDA's, 2 ulp, against glibc's) and of cos/sin (ref_numerics.cuh), which bf16 rounding
 // nearly always absorbs. In decode steps (CompressorLaunch::save_too) the block then saves its
 // row into the ring (ring.cuh), so no save launch follows. Launched as a programmatic dependent
 // (pdl.cuh): the channel's norm weight and inverse frequency, constant, are read before the wait.
+#include <algorithm>
+
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/kv_codec.cuh"
 #include "cuda/common/pdl.cuh"
@@ -18,6 +21,10 @@
 namespace dsv4::cuda::compressor_detail {
 
 namespace {
+
+// A barrier over the compressor's channel threads (threads 0 .. dim - 1; dim % 32 == 0): in a pair
+// launch the block is as wide as the wider compressor and the others have returned.
+__device__ __forceinline__ void sync_channels(int dim) { asm volatile("bar.sync 1, %0;\n" ::"r"(dim) : "memory"); }
 
 // The entry completed by token row t (position p = w * m + m - 1) of sequence seq, whose ring is
 // at `slot`: channel j = threadIdx.x (norm_w and inv_freq its constants). Reads the ring, never
@@ -73,13 +80,13 @@ __device__ __forceinline__ void emit_entry(const CompressorLaunch& g, int t, int
   // ---- RMSNorm: the sum of squares in the reference's order (cpu::dot: 8 strided partial sums,
   // then a fixed tree), 1 / sqrt(ss / n + eps), w * (x * r), bf16 ----
   s_x[j] = x;
-  __syncthreads();
+  sync_channels(g.dim);
   if (j < 8) {
     float acc = 0.0f;
     for (int i = j; i < dim; i += 8) acc = __fadd_rn(acc, __fmul_rn(s_x[i], s_x[i]));
     s_part[j] = acc;
   }
-  __syncthreads();
+  sync_channels(g.dim);
   if (j == 0) {
     const float* a = s_part;
     float ss = __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[4]), __fadd_rn(a[1], a[5])),
@@ -87,12 +94,12 @@ __device__ __forceinline__ void emit_entry(const CompressorLaunch& g, int t, int
     ss = __fadd_rn(ss, 0.0f);  // the reference's tail term
     s_rms = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(ss, float(dim)), g.norm_eps)));
   }
-  __syncthreads();
+  sync_channels(g.dim);
   x = ref::round_bf16(__fmul_rn(norm_w, __fmul_rn(x, s_rms)));
 
   // ---- RoPE on the last rope_dim channels at position w * m, bf16 ----
   s_x[j] = x;
-  __syncthreads();
+  sync_channels(g.dim);
   if (j >= nope) {
     const int k = (j - nope) / 2;
     float c, s;
@@ -109,7 +116,7 @@ __device__ __forceinline__ void emit_entry(const CompressorLaunch& g, int t, int
       // (nope % 64 == 0, so each warp lies in one block).
       const float wmax = ref::warp_max(j < nope ? fabsf(x) : 0.0f);
       if (lane == 0) s_part[warp] = wmax;
-      __syncthreads();
+      sync_channels(g.dim);
       const int n_scales = nope / 64, used = nope + 2 * g.rope_dim + n_scales;
       if (j < nope) {
         const int blk = j / 64;
@@ -126,9 +133,9 @@ __device__ __forceinline__ void emit_entry(const CompressorLaunch& g, int t, int
     case CompressedRecord::kFp4IndexKey: {
       // Hadamard over all dims (the reference's butterfly stages, in order), bf16, then fp4sim
       // per 32 (one warp): [dim / 2 bytes of e2m1 pairs, low nibble = even dim][dim / 32 ue8m0].
-      __syncthreads();  // everyone has read s_x for the rope
+      sync_channels(g.dim);  // everyone has read s_x for the rope
       s_x[j] = x;
-      __syncthreads();
+      sync_channels(g.dim);
       for (int span = 1; span < dim; span <<= 1) {
         if (j < dim / 2) {
           const int i0 = (j / span) * 2 * span + j % span;
@@ -136,7 +143,7 @@ __device__ __forceinline__ void emit_entry(const CompressorLaunch& g, int t, int
           s_x[i0] = __fadd_rn(a, b);
           s_x[i0 + span] = __fsub_rn(a, b);
         }
-        __syncthreads();
+        sync_channels(g.dim);
       }
       const float v = ref::round_bf16(__fmul_rn(s_x[j], g.hadamard_scale));
       const int e = fp4_block_exponent(ref::warp_max(fabsf(v)));
@@ -151,9 +158,14 @@ __device__ __forceinline__ void emit_entry(const CompressorLaunch& g, int t, int
 
 // Block t = token row t. With g.save_too (every sequence has at most one row: a decode step) the
 // block also saves its row into the ring after the emit: the emit reads only earlier positions,
-// whose ring rows differ from this row's, and no other block touches the slot.
-__global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(CompressorLaunch g) {
+// whose ring rows differ from this row's, and no other block touches the slot. Threads past the
+// compressor's channels (a pair launch's block sized for the wider one) only wait and leave.
+__device__ __forceinline__ void emit_row(const CompressorLaunch& g) {
   const int j = threadIdx.x;
+  if (j >= g.dim) {
+    pdl_wait();
+    return;
+  }
   const int nope = g.dim - g.rope_dim;
   const float norm_w = g.norm_w[j];
   const float inv_freq = j >= nope ? g.inv_freq[(j - nope) / 2] : 0.0f;
@@ -166,7 +178,21 @@ __global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(CompressorLaun
   if (slot < 0) return;
   const int64_t p = g.b.token_pos[t];
   if ((p + 1) % g.ratio == 0) emit_entry(g, t, seq, slot, p, norm_w, inv_freq);
-  if (g.save_too) save_ring_row(g, t, slot);
+  if (g.save_too) save_ring_row(g, t, slot, g.dim);
+}
+
+__global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(const CompressorLaunch g) { emit_row(g); }
+
+struct PairLaunch {
+  CompressorLaunch g0, g1;
+};
+
+// blockIdx.y picks the compressor; each branch names its own member (no copy of either).
+__global__ void __launch_bounds__(kMaxDim) compressor_emit_pair_kernel(const PairLaunch pl) {
+  if (blockIdx.y == 0)
+    emit_row(pl.g0);
+  else
+    emit_row(pl.g1);
 }
 
 }  // namespace
@@ -174,6 +200,13 @@ __global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(CompressorLaun
 Status launch_compressor_emit(const CompressorLaunch& g, cudaStream_t stream, bool pdl) {
   return launch_kernel(&compressor_emit_kernel, dim3(g.b.n_tokens), dim3(g.dim), 0, stream, pdl, g,
                        "compressor_emit_kernel");
+}
+
+Status launch_compressor_emit_pair(const CompressorLaunch& g0, const CompressorLaunch& g1, cudaStream_t stream,
+                                   bool pdl) {
+  return launch_kernel(&compressor_emit_pair_kernel, dim3(unsigned(g0.b.n_tokens), 2),
+                       dim3(unsigned(std::max(g0.dim, g1.dim))), 0, stream, pdl, PairLaunch{g0, g1},
+                       "compressor_emit_pair_kernel");
 }
 
 }  // namespace dsv4::cuda::compressor_detail

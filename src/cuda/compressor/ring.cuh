@@ -10,8 +10,8 @@
 
 namespace dsv4::cuda::compressor_detail {
 
-// Token row t of sequence seq (slot >= 0); threads of the block stride the row's width.
-__device__ __forceinline__ void save_ring_row(const CompressorLaunch& g, int t, int slot) {
+// Token row t of sequence seq (slot >= 0); threads 0 .. threads - 1 stride the row's width.
+__device__ __forceinline__ void save_ring_row(const CompressorLaunch& g, int t, int slot, int threads) {
   const int m = g.ratio, ring_rows = g.coff * m, width = g.coff * g.dim;
   const int64_t q = g.b.token_pos[t];
   float* ring_a = g.state + (int64_t(slot) * 2 * ring_rows + q % ring_rows) * width;
@@ -19,7 +19,7 @@ __device__ __forceinline__ void save_ring_row(const CompressorLaunch& g, int t, 
   const float* a = g.a + int64_t(t) * g.ld;
   const float* z = g.z + int64_t(t) * g.ld;
   const float* ape = g.ape + (q % m) * width;
-  for (int c = threadIdx.x; c < width; c += blockDim.x) {
+  for (int c = threadIdx.x; c < width; c += threads) {
     ring_a[c] = a[c];
     ring_z[c] = __fadd_rn(z[c], ape[c]);
   }

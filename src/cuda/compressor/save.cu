@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(kSaveThreads) compressor_save_kernel(const Com
   const int slot = g.b.seq_slot[seq];
   if (slot < 0) return;
   if (t - g.b.seq_tok0[seq] < g.b.seq_ntok[seq] - g.coff * g.ratio) return;  // not among the last ring rows
-  save_ring_row(g, t, slot);
+  save_ring_row(g, t, slot, kSaveThreads);
 }
 
 }  // namespace
