@@ -13,7 +13,8 @@ namespace {
 
 // Routing of decode batches per shape class, switched by GpuModelOptions::dense_decode (`dsv4
 // bench --dense-decode`): grouped wo_a (8 x 1024 x 4096, bf16 out) up to kDenseMaxRows rows, the
-// fp32-out projections (2624 or 1024 x 4096) up to kProjMaxRows; never the LM head. Measurement
+// fp32-out projections (2624 or 1024 x 4096) where the weight-streaming kernel takes them (1..4
+// rows: cuda::dense_decode_streams); never the LM head. Measurement
 // behind them (H200): tests/cuda/dense_test.cpp DenseDecode.VsCublas (kernel vs these very cuBLAS
 // calls, weights from HBM) and the 20-layer step. The projections' 1..4-row calls go to the
 // weight-streaming kernel (dense_stream.cu), which prefetches its weights before the PDL wait:
@@ -22,7 +23,6 @@ namespace {
 // stay on cuBLAS. wo_a on either kernel is no faster than cuBLAS (86% of its floor), so "woa" is
 // for A/B runs only.
 constexpr int kDenseMaxRows = cuda::kDenseDecodeMaxRows;
-constexpr int kProjMaxRows = 4;
 
 Status blas_status(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::ok();
@@ -31,13 +31,14 @@ Status blas_status(cublasStatus_t s, const char* what) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// Whether a call goes to the decode kernel: switched on for its class, few rows, a weight that
-// is not the LM head, and a shape the kernel takes.
-bool use_decode_kernel(bool enabled, int max_rows, const cuda::DenseDecodeShape& s, const void* x, const void* w,
-                       const void* y) {
+// Whether a call goes to the decode kernels: switched on for its class, few rows, a weight that
+// is not the LM head, a shape they take, and (streaming_only: the projections) a shape the
+// weight-streaming kernel takes.
+bool use_decode_kernel(bool enabled, bool streaming_only, const cuda::DenseDecodeShape& s, const void* x,
+                       const void* w, const void* y) {
   const size_t weight_bytes = size_t(s.groups) * size_t(s.n) * size_t(s.k) * 2;
-  return enabled && s.m <= max_rows && weight_bytes <= Blas::kDecodeMaxWeightBytes &&
-         cuda::dense_decode_supported(s, x, w, y);
+  return enabled && s.m <= kDenseMaxRows && weight_bytes <= Blas::kDecodeMaxWeightBytes &&
+         cuda::dense_decode_supported(s, x, w, y) && (!streaming_only || cuda::dense_decode_streams(s));
 }
 
 }  // namespace
@@ -74,7 +75,7 @@ Status Blas::gemm_f32_out(const __nv_bfloat16* x, int64_t ldx, int m, const __nv
   ds.k = k;
   ds.ldx = ldx;
   ds.ldy = ldy;
-  if (use_decode_kernel(dense_proj_, kProjMaxRows, ds, x, w, y))
+  if (use_decode_kernel(dense_proj_, /*streaming_only=*/true, ds, x, w, y))
     return cuda::dense_decode_gemm(x, w, y, cuda::DenseOut::kF32, ds, stream_);
   const float one = 1.0f, zero = 0.0f;
   return blas_status(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w, CUDA_R_16BF, k, x, CUDA_R_16BF,
@@ -97,7 +98,7 @@ Status Blas::grouped_bf16_out(const __nv_bfloat16* o, int m, int groups, const _
   ds.x_group_stride = k;
   ds.ldy = int64_t(groups) * n;
   ds.y_group_stride = n;
-  if (use_decode_kernel(dense_woa_, kDenseMaxRows, ds, o, w, u))
+  if (use_decode_kernel(dense_woa_, /*streaming_only=*/false, ds, o, w, u))
     return cuda::dense_decode_gemm(o, w, u, cuda::DenseOut::kBf16, ds, stream_);
   const float one = 1.0f, zero = 0.0f;
   // Batch g: A = rows [g*n, (g+1)*n) of w, B = columns [g*k, (g+1)*k) of o, C = columns [g*n, (g+1)*n) of u.

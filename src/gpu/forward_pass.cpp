@@ -137,7 +137,11 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     mark(StepCategory::kCompressor);
     // Compressors run before attention: an entry completed by a row of this step is visible to
     // the later rows (the reference pushes the whole chunk first).
-    if (csa) {
+    if (!csa) {
+      DSV4_RETURN_IF_ERROR(cuda::compressor_forward(b, a_.proj + pc.comp_a, a_.proj + pc.comp_z, pc.n, L.comp,
+                                                    kv.comp_state, kv.view.entries, kv.view.entry_bytes, stream_)
+                               .with_context("main compressor"));
+    } else {
       // Both compressors' emits in one launch (the same records as two compressor_forward calls).
       const cuda::CompressorCall main_comp{a_.proj + pc.comp_a, a_.proj + pc.comp_z, pc.n, L.comp,
                                            kv.comp_state, kv.view.entries, kv.view.entry_bytes};
@@ -145,12 +149,6 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
                                           kv.idx_state, kv.view.index_keys, kv.view.index_key_bytes};
       DSV4_RETURN_IF_ERROR(cuda::compressor_forward_pair(b, main_comp, idx_comp, stream_)
                                .with_context("main and indexer compressors"));
-    } else {
-      DSV4_RETURN_IF_ERROR(cuda::compressor_forward(b, a_.proj + pc.comp_a, a_.proj + pc.comp_z, pc.n, L.comp,
-                                                    kv.comp_state, kv.view.entries, kv.view.entry_bytes, stream_)
-                               .with_context("main compressor"));
-    }
-    if (csa) {
       const int nI = c.index_n_heads, dI = c.index_head_dim;
       mark(StepCategory::kW4A16Linear);
       DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.idx_wq_b, a_.qi, int64_t(nI) * dI));

@@ -2,9 +2,9 @@
 // compressor, in the pair launch of a CSA layer's two compressors), one thread per channel; rows
 // that do not complete a window (or belong to no sequence) return at once. A completing row
 // gathers its window's rows: positions before the sequence's first row of the step from the ring
-// state, the step's own rows from a / z (+ ape). Everything follows the
-// CPU twin (cpu::compressor_push, compressor_finish_entry) operation by operation, in the same
-// order and without FMA contraction, so the result matches it up to the last-ulp differences of
+// state, the step's own rows from a / z (+ ape). Everything follows the CPU twin
+// (cpu::compressor_push, compressor_finish_entry) operation by operation, in the same order and
+// without FMA contraction, so the result matches it up to the last-ulp differences of
 // expf (CUDA's, 2 ulp, against glibc's) and of cos/sin (ref_numerics.cuh), which bf16 rounding
 // nearly always absorbs. In decode steps (CompressorLaunch::save_too) the block then saves its
 // row into the ring (ring.cuh), so no save launch follows. Launched as a programmatic dependent

@@ -201,6 +201,11 @@ bool aligned(const void* ptr, uintptr_t bytes) { return (reinterpret_cast<uintpt
 
 }  // namespace
 
+bool dense_decode_streams(const DenseDecodeShape& s) {
+  const Result<const DeviceInfo*> dev = current_device_info();
+  return dev.is_ok() && dense_stream_supported(s, *dev.value());
+}
+
 bool dense_decode_supported(const DenseDecodeShape& s, const void* x, const void* w, const void* y) {
   if (s.m < 1 || s.m > kDenseDecodeMaxRows || s.n < 1 || s.k < 32 || s.k % 32 != 0) return false;
   if (s.groups < 1 || s.groups > 65535) return false;

@@ -34,6 +34,10 @@ struct DenseDecodeShape {
 // to its element). Callers with another shape use a general GEMM.
 bool dense_decode_supported(const DenseDecodeShape& s, const void* x, const void* w, const void* y);
 
+// Whether dense_decode_gemm (rows_per_block 0) runs `s` on the weight-streaming kernel
+// (dense_stream.cu: 1..4 rows, where its shared memory fits) on the current device.
+bool dense_decode_streams(const DenseDecodeShape& s);
+
 // y (bf16 or f32, per `out`)[m, g * y_group_stride + j] = sum_kk x[m, g * x_group_stride + kk] .
 // w[(g * n + j) * k + kk], for m < s.m, g < s.groups, j < s.n; nothing else of y is written.
 // rows_per_block: 0 picks the kernel and tile by shape (1..4 rows: the weight-streaming kernel

@@ -218,8 +218,15 @@ struct StreamPlan {
   size_t smem = 0;  // dynamic
 };
 
-// Three ring slots per warp where two such blocks fit on an SM, else two (SM86: 100 KB per SM).
-StreamPlan plan_stream(const DenseDecodeShape& s, const DeviceInfo& dev) {
+// x rows the kernel instantiation for m rows computes (its template M).
+int kernel_rows(int m) { return m == 1 ? 1 : 4; }
+
+// The launch of s on dev; false where the kernel does not take it (rows, k % 32, pieces, its
+// shared memory: the rings plus the x rows of the groups a block spans). Three ring slots per
+// warp where two such blocks fit on an SM, else two (SM86: 100 KB per SM).
+bool plan_stream(const DenseDecodeShape& s, const DeviceInfo& dev, StreamPlan* out) {
+  if (s.m < 1 || s.m > kDenseStreamMaxRows || s.k < 32 || s.k % 32 != 0 || s.n < 1 || s.groups < 1) return false;
+  if (int64_t(s.groups) * s.n > INT32_MAX) return false;
   const int n_sms = dev.n_sms;
   StreamPlan pl;
   const int64_t total_rows = int64_t(s.groups) * s.n;
@@ -230,37 +237,36 @@ StreamPlan plan_stream(const DenseDecodeShape& s, const DeviceInfo& dev) {
   pl.grid = int((total_rows + pl.rows_per_block - 1) / pl.rows_per_block);
   // A block's rows span at most this many groups.
   pl.x_groups = int(std::min<int64_t>(s.groups, (pl.rows_per_block - 1) / s.n + 2));
-  const size_t x_bytes = size_t(pl.x_groups) * (s.m == 1 ? 1 : 4) * s.k * 2;
+  const size_t x_bytes = size_t(pl.x_groups) * kernel_rows(s.m) * s.k * 2;
   pl.stages = kMaxStages;
   for (; pl.stages > 2; --pl.stages) {
     const size_t need = size_t(kWarps) * pl.stages * kPieceBytes + x_bytes + kStaticSmemBytes + dev.smem_reserved_per_block;
     if (2 * need <= dev.smem_per_sm_bytes) break;
   }
   pl.smem = size_t(kWarps) * pl.stages * kPieceBytes + x_bytes;
-  return pl;
+  *out = pl;
+  return pl.pieces <= kMaxItems && pl.smem + kStaticSmemBytes <= dev.smem_optin_bytes;
 }
 
 }  // namespace
 
 bool dense_stream_supported(const DenseDecodeShape& s, const DeviceInfo& dev) {
-  if (s.m < 1 || s.m > kDenseStreamMaxRows || s.k < 32 || s.k % 32 != 0 || s.n < 1 || s.groups < 1) return false;
-  if (int64_t(s.groups) * s.n > INT32_MAX) return false;
-  const StreamPlan pl = plan_stream(s, dev);
-  return pl.pieces <= kMaxItems && pl.smem + kStaticSmemBytes <= dev.smem_optin_bytes;
+  StreamPlan pl;
+  return plan_stream(s, dev, &pl);
 }
 
 Status dense_stream_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DenseOut out,
                          const DenseDecodeShape& s, cudaStream_t stream) {
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
-  if (!dense_stream_supported(s, *dev))
+  StreamPlan pl;
+  if (!plan_stream(s, *dev, &pl))
     return invalid_argument("dense_stream_gemm: unsupported m {} n {} k {} groups {} (at most {} rows, k % 32 == 0, "
                             "{} bytes of shared memory per block)",
                             s.m, s.n, s.k, s.groups, kDenseStreamMaxRows, dev->smem_optin_bytes);
-  const StreamPlan pl = plan_stream(s, *dev);
   StreamParams p{x, w, y, s.m, s.n, s.k, s.groups, s.ldx, s.x_group_stride, s.ldy, s.y_group_stride,
                  pl.rows_per_block, pl.pieces, pl.x_groups, pl.stages};
   const bool bf16 = out == DenseOut::kBf16;
-  if (s.m == 1)
+  if (kernel_rows(s.m) == 1)
     return bf16 ? launch_stream<1, true>(p, pl.grid, pl.smem, *dev, stream)
                 : launch_stream<1, false>(p, pl.grid, pl.smem, *dev, stream);
   return bf16 ? launch_stream<4, true>(p, pl.grid, pl.smem, *dev, stream)
