@@ -72,11 +72,12 @@ Status ForwardPass::layer(int l, const cuda::StepBatchView& b, TraceSink* trace)
   const int T = b.n_tokens, D = cfg_.hidden;
 
   // attention sublayer (its HCPre + attn_norm already ran: layers() or the previous layer's end)
-  DSV4_RETURN_IF_ERROR(attention(l, b, trace));
+  cuda::SplitSumView y_split;
+  DSV4_RETURN_IF_ERROR(attention(l, b, trace, &y_split));
   // attention HCPost fused with the MoE sublayer's HCPre + ffn_norm
   mark(StepCategory::kMhcNorm);
   DSV4_RETURN_IF_ERROR(cuda::hc_post_pre_norm(a_.X, a_.y, a_.mix, T, L.hc_ffn, L.ffn_norm, dims, a_.x, a_.mix,
-                                              stream_, comb_mode(T)));
+                                              stream_, comb_mode(T), &y_split));
 
   // MoE sublayer: router + experts + shared expert (bf16 y) -> HCPost
   cuda::MoeArgs m;
@@ -102,7 +103,8 @@ Status ForwardPass::layer(int l, const cuda::StepBatchView& b, TraceSink* trace)
                                 comb_mode(T));
 }
 
-Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* trace) const {
+Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* trace,
+                              cuda::SplitSumView* y_split) const {
   const LayerDeviceWeights& L = w_.layers[size_t(l)];
   const LayerKvState& kv = kv_.layers[size_t(l)];
   const ModelConfig& c = cfg_;
@@ -190,7 +192,15 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   mark(StepCategory::kDenseLinear);
   DSV4_RETURN_IF_ERROR(ws_.blas.grouped_bf16_out(a_.o, T, c.o_groups, L.wo_a, c.o_lora_rank, c.group_in_dim(), a_.u));
   mark(StepCategory::kW4A16Linear);
-  DSV4_RETURN_IF_ERROR(gemm(a_.u, int64_t(c.o_groups) * c.o_lora_rank, T, L.wo_b, a_.y, D));
+  // wo_b's split-K sum is left to the HCPost (no kernel until then uses the W4A16 workspace).
+  cuda::W4A16GemmArgs g;
+  g.x = a_.u;
+  g.ldx = int64_t(c.o_groups) * c.o_lora_rank;
+  g.m = T;
+  g.w = L.wo_b;
+  g.y = a_.y;
+  g.ldy = D;
+  DSV4_RETURN_IF_ERROR(cuda::w4a16_gemm_deferred(g, ws_.w4a16.view(), stream_, y_split));
   if (b.one_row_per_seq) return Status::ok();  // the ring copy came with qkv_norm_finish
   mark(StepCategory::kAttention);
   // The ring advances after attention read it (the chunk's rows may overwrite older positions).

@@ -80,7 +80,9 @@ class ForwardPass {
     if (prof_) prof_->mark(c);
   }
   Status layer(int l, const cuda::StepBatchView& b, TraceSink* trace) const;
-  Status attention(int l, const cuda::StepBatchView& b, TraceSink* trace) const;
+  // Leaves the sublayer output in Activations::y, or, where wo_b's launch splits K
+  // (y_split->splits > 1), as its unsummed partials, which the HCPost that follows adds.
+  Status attention(int l, const cuda::StepBatchView& b, TraceSink* trace, cuda::SplitSumView* y_split) const;
   Status gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda::W4A16Weight& w, __nv_bfloat16* y,
               int64_t ldy) const;
 

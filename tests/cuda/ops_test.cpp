@@ -431,6 +431,74 @@ TEST(Ops, HcPostPreNorm) {
   }
 }
 
+// y as a split-K GEMM's unsummed partials (split_sum.h, what wo_b's deferred launch leaves): the
+// same X, x and mix bits as with y = bf16(the partials summed in split order), for tiles of 16
+// rows and 256 columns (wo_b's decode tiles) and of 16 x 64, token counts across row tiles.
+TEST(Ops, HcPostPreNormSplitY) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const ModelConfig& c = flash();
+  const int D = c.hidden, hc = c.hc_mult, n_mix = c.hc_mix(), n_mix_out = hc + hc * hc;
+  const int64_t hcD = c.hc_dim();
+  const HcParams hp = random_hc_params(n_mix, 3, hcD, 23);
+  const DeviceHcParams d_hp(hp);
+  DeviceBuffer d_norm_w = upload_vector(norm_weights(size_t(D), 24));
+  struct Case {
+    int T, splits, block_n;
+  };
+  for (const Case k : {Case{1, 8, 256}, Case{2, 2, 256}, Case{5, 3, 64}, Case{17, 4, 256}, Case{32, 8, 64}}) {
+    SCOPED_TRACE("T=" + std::to_string(k.T) + " splits=" + std::to_string(k.splits) + " block_n=" +
+                 std::to_string(k.block_n));
+    const int T = k.T, bm = 16, tiles_n = D / k.block_n, row_blocks = (T + bm - 1) / bm;
+    const std::vector<float> X = random_bf16_values(T * hcD, 2200 + uint64_t(T), 1.0f);
+    const std::vector<float> parts =
+        uniform(size_t(row_blocks) * tiles_n * k.splits * bm * k.block_n, -1.0f, 1.0f, 2300 + uint64_t(T));
+    DeviceBuffer d_parts = upload_vector(parts);
+    SplitSumView view{d_parts.as<float>(), k.splits, bm, k.block_n, tiles_n};
+    SplitSumView host_view = view;
+    host_view.data = parts.data();
+    std::vector<float> y(size_t(T) * D);
+    for (int t = 0; t < T; ++t)
+      for (int col = 0; col < D; ++col) {
+        float sum = 0.0f;
+        for (int sp = 0; sp < k.splits; ++sp) sum += *host_view.at(sp, t, col);
+        y[size_t(t) * D + col] = sum;
+      }
+    DeviceBuffer d_y = upload_vector(to_bf16(y));  // bf16 of the sums: what the GEMM writes
+    std::vector<float> post_mix(size_t(T) * n_mix_out);
+    const std::vector<float> u = uniform(post_mix.size(), 0.0f, 1.0f, 2400 + uint64_t(T));
+    for (size_t i = 0; i < post_mix.size(); ++i) post_mix[i] = (i % n_mix_out) < size_t(hc) ? 2.0f * u[i] : u[i];
+    DeviceBuffer X1 = upload_vector(to_bf16(X)), mix1 = upload_vector(post_mix), x1 = device_alloc(size_t(T) * D * 2);
+    DeviceBuffer X2 = upload_vector(to_bf16(X)), mix2 = upload_vector(post_mix), x2 = device_alloc(size_t(T) * D * 2);
+    poison(x1);
+    poison(x2);
+    DSV4_ASSERT_OK(hc_post_pre_norm(X1.as<__nv_bfloat16>(), d_y.as<__nv_bfloat16>(), mix1.as<float>(), T, d_hp.view(),
+                                    d_norm_w.as<float>(), flash_hc_dims(), x1.as<__nv_bfloat16>(), mix1.as<float>(),
+                                    nullptr));
+    DSV4_ASSERT_OK(hc_post_pre_norm(X2.as<__nv_bfloat16>(), nullptr, mix2.as<float>(), T, d_hp.view(),
+                                    d_norm_w.as<float>(), flash_hc_dims(), x2.as<__nv_bfloat16>(), mix2.as<float>(),
+                                    nullptr, HcComb::kProjected, &view));
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(download<uint16_t>(X1.get(), size_t(T * hcD)), download<uint16_t>(X2.get(), size_t(T * hcD)))
+        << "X (HCPost of the summed partials) must equal the bf16 y's";
+    EXPECT_EQ(download<uint16_t>(x1.get(), size_t(T) * D), download<uint16_t>(x2.get(), size_t(T) * D));
+    const std::vector<float> m1 = download<float>(mix1.get(), post_mix.size());
+    const std::vector<float> m2 = download<float>(mix2.get(), post_mix.size());
+    EXPECT_EQ(std::memcmp(m1.data(), m2.data(), m1.size() * 4), 0) << "mix differs";
+  }
+  // A view whose tiles do not cover D, or whose tile width is not a multiple of 4, is refused.
+  DeviceBuffer d_parts = device_alloc(size_t(1) << 20);
+  DeviceBuffer X = device_alloc(size_t(hcD) * 2), mix = device_alloc(size_t(n_mix_out) * 4);
+  DeviceBuffer x = device_alloc(size_t(D) * 2);
+  for (const SplitSumView bad : {SplitSumView{d_parts.as<float>(), 2, 16, 256, D / 256 - 1},
+                                 SplitSumView{d_parts.as<float>(), 2, 16, 6, D}}) {
+    const Status st = hc_post_pre_norm(X.as<__nv_bfloat16>(), nullptr, mix.as<float>(), 1, d_hp.view(),
+                                       d_norm_w.as<float>(), flash_hc_dims(), x.as<__nv_bfloat16>(), mix.as<float>(),
+                                       nullptr, HcComb::kProjected, &bad);
+    EXPECT_FALSE(st.is_ok());
+    std::printf("  refused: %s\n", st.message().c_str());
+  }
+}
+
 // ---- HcComb::kLogits ---------------------------------------------------------------------------
 
 // The decode chain with comb logits (ops.h HcComb): hc_pre_norm leaves the logits, the next

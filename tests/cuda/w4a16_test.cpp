@@ -339,6 +339,60 @@ TEST(W4A16Decode, ForcedLaunchesMatchExactReference) {
   }
 }
 
+// w4a16_gemm_deferred: where the decode launch splits K through global memory (wo_b), the
+// partials it leaves, added in split order (split_sum.h), round to w4a16_gemm's bits and y stays
+// untouched; where it does not (wq_b unsplit; the fused wq_a|wkv through an SM90 cluster; 33+
+// rows) y is written as by w4a16_gemm. The partials are read back after a second, plain GEMM on
+// another shape has run: nothing but a split-K GEMM overwrites them.
+TEST(W4A16Decode, DeferredSplitSumEqualsGemm) {
+  DSV4_SKIP_WITHOUT_GPU();
+  int deferred = 0;
+  for (int si : {3, 1, 7}) {  // wo_b, wq_b, wq_a+wkv
+    const ShapeSpec sh = flash_shapes()[size_t(si)];
+    for (int m : {1, 2, 5, 16, 17, 32, 33}) {
+      SCOPED_TRACE(sh.name + " M=" + std::to_string(m));
+      const std::vector<float> x = random_bf16_values(int64_t(m) * sh.k, 9000 + 7 * uint64_t(si) + uint64_t(m), 1.0f);
+      DeviceBuffer dx = upload_vector(to_bf16(x));
+      DeviceBuffer y_ref = device_alloc(size_t(m) * sh.n * 2), y_def = device_alloc(size_t(m) * sh.n * 2);
+      DSV4_ASSERT_OK(w4a16_gemm(make_gemm_args(sh, dx, y_ref, m, sh.n), workspace(), nullptr));
+      poison(y_def);
+      SplitSumView v;
+      DSV4_ASSERT_OK(w4a16_gemm_deferred(make_gemm_args(sh, dx, y_def, m, sh.n), workspace(), nullptr, &v));
+      DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+      const std::vector<uint16_t> ref = download<uint16_t>(y_ref.get(), size_t(m) * sh.n);
+      const std::vector<uint16_t> got = download<uint16_t>(y_def.get(), size_t(m) * sh.n);
+      if (v.splits == 0) {
+        EXPECT_EQ(got, ref) << "not deferred: y as w4a16_gemm writes it";
+        continue;
+      }
+      ++deferred;
+      ASSERT_GT(v.splits, 1);
+      ASSERT_TRUE(v.data != nullptr && v.block_n % 4 == 0 && int64_t(v.tiles_n) * v.block_n >= sh.n);
+      EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](uint16_t b) { return b == 0xFFFF; })) << "y was written";
+      // Another shape's plain (unsplit) GEMM in between must leave the partials alone.
+      const ShapeSpec other = flash_shapes()[1];
+      DeviceBuffer dx2 = upload_vector(to_bf16(random_bf16_values(int64_t(m) * other.k, 9500, 1.0f)));
+      DeviceBuffer dy2 = device_alloc(size_t(m) * other.n * 2);
+      DSV4_ASSERT_OK(w4a16_gemm(make_gemm_args(other, dx2, dy2, m, other.n), workspace(), nullptr));
+      DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+      const int row_blocks = (m + v.block_m - 1) / v.block_m;
+      const std::vector<float> parts =
+          download<float>(v.data, size_t(row_blocks) * v.tiles_n * v.splits * v.block_m * v.block_n);
+      SplitSumView h = v;
+      h.data = parts.data();
+      std::vector<float> sum(size_t(m) * sh.n);
+      for (int r = 0; r < m; ++r)
+        for (int col = 0; col < sh.n; ++col) {
+          float acc = 0.0f;
+          for (int sp = 0; sp < v.splits; ++sp) acc += *h.at(sp, r, col);
+          sum[size_t(r) * sh.n + col] = acc;
+        }
+      EXPECT_EQ(to_bf16(sum), ref) << v.splits << " splits: the partials' sum is not w4a16_gemm's output";
+    }
+  }
+  EXPECT_GT(deferred, 0) << "wo_b at decode sizes should defer its split-K sum";
+}
+
 // The planner's wgmma rule (a host function: runs without a GPU), on the H200's 132 SMs, against
 // the prefill lab's winners (bench/results/w4a16_h200_prefill_lab.json, and for the widths of the
 // warp-specialized kernel with its TMA producer w4a16_h200_prefill_lab_tma_256_1024_4096.log).

@@ -3,7 +3,8 @@
 // CpuModel::block's `pre` and head_logits). Two launches, plan in mhc_plan.h:
 //   1. partials: the fn . v and v . v slice sums of every token (fn read once per token group),
 //      parked in the token's output row x[t]; hc_post_pre_norm first applies the previous
-//      sublayer's hc_post to the block's columns of X in place (bit-exact with hc_post);
+//      sublayer's hc_post to the block's columns of X in place (bit-exact with hc_post), with y
+//      read as is or, for wo_b's deferred launch, summed from its split-K partials first;
 //   2. finish: one block per token sums the slices; a mixer warp computes rho and pre, then the
 //      post weights and the Sinkhorn comb (mix) while 16 worker warps collapse the streams, round
 //      to bf16 and apply the RMSNorm, overwriting x[t]. With HcComb::kLogits the mixer leaves the
@@ -35,12 +36,15 @@ static_assert(kMaxHc == kMixMaxHc, "the partials and the finish kernel cover the
 constexpr int kFinishWorkers = 512;   // finish threads that collapse: 8 columns per chunk
 constexpr int kFinishChunks = 1;      // D <= 512 * 8 = 4096 (Flash); registers allow 2 blocks per SM
 constexpr int kSinkhornWarps = 4;     // tokens per hc_sinkhorn block
+constexpr int kYSplitBatch = 8;       // split-K partials of y requested at once per thread
+constexpr int kMaxSplitYTokens = kMixMinTokensPerBlock;  // tokens per block with y as partials
 
 struct MixPartialsArgs {
   __nv_bfloat16* X;         // bf16 [*, hc*D] residual streams (updated in place with kPost)
   const int32_t* rows;      // i32 [T] X row of token t; null: t (always null with kPost)
   const float* fn;          // f32 [n_mix, hc*D]
   const __nv_bfloat16* y;   // kPost: bf16 [T, D] sublayer output
+  SplitSumView y_split;     // kPost, splits > 1: y as a split-K GEMM's partials (y unused)
   const float* post_mix;    // kPost: f32 [T, hc + hc*hc] the sublayer's mix (hc_post's)
   int hc, D, n_mix, T, tokens_per_block;
   float* partials;          // f32, token t at partials + t * partial_row: [n_splits][n_mix + 1]
@@ -141,7 +145,7 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
 #pragma unroll
       for (int j = 0; j < kMixMaxHc; ++j)
         if (j < a.hc) in.xs[j] = *reinterpret_cast<const uint2*>(xt + int64_t(j) * a.D);
-      in.y = *reinterpret_cast<const uint2*>(a.y + int64_t(t) * a.D + d);
+      if (a.y_split.splits <= 1) in.y = *reinterpret_cast<const uint2*>(a.y + int64_t(t) * a.D + d);  // else s_y
       const float* m = a.post_mix + int64_t(t) * (a.hc + a.hc * a.hc);  // [post (hc), comb (hc x hc)]
       in.post = m[k];
 #pragma unroll
@@ -157,6 +161,36 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
   __shared__ float red[2][kWarps][kWidth];
   TokenIn<kPost> next;
   if (t0 < t1) next = load(t0);
+  // y given as split-K partials (split_sum.h): the block's 64 columns of each of its tokens are
+  // summed here, while the first token's loads are in flight: every (token, 4-column chunk) by
+  // one thread with all its splits' loads out at once, into s_y as bf16 (the GEMM's own bits);
+  // the token loop reads y from there.
+  __shared__ uint2 s_y[kMaxSplitYTokens][kThreadsPerStream];  // launch_hc_mix checks the tokens
+  const bool split_y = kPost && a.y_split.splits > 1;
+  if (split_y) {
+    const int64_t split_stride = int64_t(a.y_split.block_m) * a.y_split.block_n;
+    for (int i = threadIdx.x; i < (t1 - t0) * kThreadsPerStream; i += kMixThreads) {
+      const int tt = i / kThreadsPerStream, c = i % kThreadsPerStream;
+      const float* p0 = a.y_split.at(0, t0 + tt, split * kMixSplitDims + 4 * c);
+      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int s0 = 0; s0 < a.y_split.splits; s0 += kYSplitBatch) {
+        float4 v[kYSplitBatch];
+#pragma unroll
+        for (int u = 0; u < kYSplitBatch; ++u)  // every load of the batch in flight before the adds
+          if (s0 + u < a.y_split.splits) v[u] = __ldcg(reinterpret_cast<const float4*>(p0 + (s0 + u) * split_stride));
+#pragma unroll
+        for (int u = 0; u < kYSplitBatch; ++u)
+          if (s0 + u < a.y_split.splits) {
+            sum[0] += v[u].x;
+            sum[1] += v[u].y;
+            sum[2] += v[u].z;
+            sum[3] += v[u].w;
+          }
+      }
+      s_y[tt][c] = pack_bf16x4(sum);
+    }
+  }
+  if (split_y) __syncthreads();  // s_y is complete
   for (int t = t0; t < t1; ++t) {
     const TokenIn<kPost> cur = next;
     if (t + 1 < t1) next = load(t + 1);  // in flight during this token's math
@@ -165,7 +199,7 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
     if constexpr (kPost) {
       // cpu::hc_post, in hc_post_kernel's order: bf16(post y + sum_j comb[j][k] X_j).
       float yv[4], out[4];
-      unpack_bf16x4(cur.y, yv);
+      unpack_bf16x4(split_y && active ? s_y[t - t0][threadIdx.x % kThreadsPerStream] : cur.y, yv);
 #pragma unroll
       for (int e = 0; e < 4; ++e) out[e] = __fmul_rn(cur.post, yv[e]);
 #pragma unroll
@@ -395,6 +429,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 struct PostIn {
   const __nv_bfloat16* y = nullptr;  // bf16 [T, D]
   const float* mix = nullptr;        // f32 [T, hc + hc*hc]
+  SplitSumView y_split;              // splits > 1: y as split-K partials instead
 };
 
 // Shared validation and the two launches; `head` selects hc_head_norm's variant, post.y
@@ -405,11 +440,21 @@ Status launch_hc_mix(const char* name, __nv_bfloat16* X, const int32_t* rows, in
   if (X == nullptr || p.fn == nullptr || p.base == nullptr || p.scale == nullptr || norm_w == nullptr || x == nullptr ||
       (!head && mix == nullptr))
     return invalid_argument("{}: null pointer", name);
-  const bool fused = post.y != nullptr;
+  const bool split_y = post.y_split.splits > 1;
+  const bool fused = post.y != nullptr || split_y;
   if (fused) {
     if (post.mix == nullptr) return invalid_argument("{}: null pointer", name);
-    if (!aligned16(post.y)) return invalid_argument("{}: y must be 16-byte aligned", name);
-    if (post.y == x) return invalid_argument("{}: y must not alias x (x holds the slice sums)", name);
+    if (split_y) {
+      const SplitSumView& v = post.y_split;
+      if (v.data == nullptr || !aligned16(v.data) || v.block_m < 1 || v.block_n < 4 || v.block_n % 4 != 0 ||
+          v.tiles_n < 1 || int64_t(v.tiles_n) * v.block_n < d.D)
+        return invalid_argument("{}: y partials must be 16-byte aligned tiles of block_n % 4 == 0 columns covering D {} "
+                                "(splits {}, block {}x{}, {} column tiles)",
+                                name, d.D, v.splits, v.block_m, v.block_n, v.tiles_n);
+    } else {
+      if (!aligned16(post.y)) return invalid_argument("{}: y must be 16-byte aligned", name);
+      if (post.y == x) return invalid_argument("{}: y must not alias x (x holds the slice sums)", name);
+    }
   }
   if (d.hc < 1 || d.hc > kMaxHc || d.D < 64 || d.D % 64 != 0 || d.D > 8 * kFinishWorkers * kFinishChunks)
     return invalid_argument("{}: hc {} must be in 1..{} and D {} a multiple of 64 up to {}", name, d.hc, kMaxHc, d.D,
@@ -431,8 +476,12 @@ Status launch_hc_mix(const char* name, __nv_bfloat16* X, const int32_t* rows, in
   const bool logits = comb == HcComb::kLogits;
   if (logits && T > kHcLogitsMaxTokens)
     return invalid_argument("{}: HcComb::kLogits takes at most {} tokens (T {})", name, kHcLogitsMaxTokens, T);
-  const MixPartialsArgs pa{X,        rows,        p.fn,   post.y,           post.mix, d.hc,  d.D,  n_mix,
-                           T,        plan.tokens_per_block, partials, partial_row, fused && logits,
+  if (split_y && plan.tokens_per_block > kMaxSplitYTokens)
+    return invalid_argument("{}: y as split-K partials takes at most {} tokens per block (T {} gives {})", name,
+                            kMaxSplitYTokens, T, plan.tokens_per_block);
+  const MixPartialsArgs pa{X,        rows,        p.fn,   post.y,  split_y ? post.y_split : SplitSumView{},
+                           post.mix, d.hc,        d.D,    n_mix,   T,
+                           plan.tokens_per_block, partials, partial_row, fused && logits,
                            d.sinkhorn_iters, d.hc_eps};
   const dim3 grid(plan.n_splits, plan.n_groups);
   DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
@@ -458,10 +507,12 @@ Status hc_pre_norm(const __nv_bfloat16* X, int T, const HcParamsView& p, const f
 
 Status hc_post_pre_norm(__nv_bfloat16* X, const __nv_bfloat16* y, const float* post_mix, int T,
                         const HcParamsView& p, const float* norm_w, const HcDims& dims, __nv_bfloat16* x, float* mix,
-                        cudaStream_t stream, HcComb comb) {
-  if (y == nullptr || post_mix == nullptr) return invalid_argument("hc_post_pre_norm: null pointer");
-  return launch_hc_mix("hc_post_pre_norm", X, nullptr, T, p, norm_w, dims, /*head=*/false, PostIn{y, post_mix}, x, mix,
-                       comb, stream);
+                        cudaStream_t stream, HcComb comb, const SplitSumView* y_split) {
+  const bool split_y = y_split != nullptr && y_split->splits > 1;
+  if ((y == nullptr && !split_y) || post_mix == nullptr) return invalid_argument("hc_post_pre_norm: null pointer");
+  return launch_hc_mix("hc_post_pre_norm", X, nullptr, T, p, norm_w, dims, /*head=*/false,
+                       PostIn{split_y ? nullptr : y, post_mix, split_y ? *y_split : SplitSumView{}}, x, mix, comb,
+                       stream);
 }
 
 Status hc_head_norm(const __nv_bfloat16* X, const int32_t* rows, int n, const HcParamsView& p, const float* norm_w,

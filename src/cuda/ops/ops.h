@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "cuda/common/kv_view.h"
+#include "cuda/common/split_sum.h"
 #include "cuda/common/step_batch.h"
 
 namespace dsv4::cuda {
@@ -69,9 +70,11 @@ Status hc_post(__nv_bfloat16* X, const __nv_bfloat16* y, const float* mix, int T
 // instead of three, with the same results bit for bit: X is updated in place as by
 // hc_post(X, y, post_mix), then x and mix are written as by hc_pre_norm(X, ...). post_mix may be
 // the same buffer as mix (it is read before mix is written); y must not overlap x or X.
+// y_split (splits > 1): y is a split-K GEMM's unsummed output (split_sum.h; wo_b through
+// w4a16_gemm_deferred), added here in the GEMM's order, the same bits; y is then not read.
 Status hc_post_pre_norm(__nv_bfloat16* X, const __nv_bfloat16* y, const float* post_mix, int T,
                         const HcParamsView& p, const float* norm_w, const HcDims& dims, __nv_bfloat16* x, float* mix,
-                        cudaStream_t stream, HcComb comb = HcComb::kProjected);
+                        cudaStream_t stream, HcComb comb = HcComb::kProjected, const SplitSumView* y_split = nullptr);
 
 // HC head + final norm for selected rows (cpu::CpuModel::head_logits before the LM head):
 // x[i] = bf16(rmsnorm(hc_head(X[rows[i]]), norm_w)); rows: i32 [n] (device), null = rows 0..n-1.

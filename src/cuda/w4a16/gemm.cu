@@ -401,6 +401,10 @@ Status launch_dense(const W4A16GemmArgs& a, const GemmLaunch& l, const W4A16Work
       return invalid_argument("w4a16 GEMM: split-K ({} splits) needs a larger workspace", l.splits);
   }
 
+  if (l.defer_sum && (!ci.decode || l.splits < 2 || l.cluster))
+    return invalid_argument("w4a16 GEMM: a deferred split-K sum needs a decode launch split through global memory "
+                            "({}, {} splits{})", w4a16_config_name(int(l.cfg)), l.splits, l.cluster ? ", cluster" : "");
+
   GemmKernelArgs p;
   p.mode = GemmMode::kDense;
   p.a = a.x;
@@ -419,6 +423,7 @@ Status launch_dense(const W4A16GemmArgs& a, const GemmLaunch& l, const W4A16Work
   p.ldc = a.ldy;
   p.partials = ws.partials;
   p.counters = ws.counters;
+  p.defer_sum = l.defer_sum;
   return launch_gemm(l.cfg, p, l.grid, l.smem, stream, l.pdl);
 }
 
@@ -445,6 +450,19 @@ Status w4a16_gemm(const W4A16GemmArgs& a, const W4A16WorkspaceView& ws, cudaStre
   if (a.m < 1) return invalid_argument("w4a16 GEMM: M={} must be >= 1", a.m);
   DSV4_ASSIGN_OR_RETURN(const GemmLaunch l, plan_dense_launch(a.m, a.w.n, a.w.k, ws));
   return launch_dense(a, l, ws, stream);
+}
+
+Status w4a16_gemm_deferred(const W4A16GemmArgs& a, const W4A16WorkspaceView& ws, cudaStream_t stream,
+                           SplitSumView* out) {
+  if (out == nullptr) return invalid_argument("w4a16 GEMM (deferred): null output view");
+  *out = SplitSumView{};
+  if (a.m < 1) return invalid_argument("w4a16 GEMM: M={} must be >= 1", a.m);
+  DSV4_ASSIGN_OR_RETURN(GemmLaunch l, plan_dense_launch(a.m, a.w.n, a.w.k, ws));
+  DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(l.cfg));
+  l.defer_sum = ci.decode && l.splits > 1 && !l.cluster;
+  DSV4_RETURN_IF_ERROR(launch_dense(a, l, ws, stream));
+  if (l.defer_sum) *out = SplitSumView{ws.partials, l.splits, ci.block_m, ci.block_n, int(l.grid.x)};
+  return Status::ok();
 }
 
 }  // namespace dsv4::cuda

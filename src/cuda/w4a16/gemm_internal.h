@@ -46,6 +46,8 @@ struct GemmKernelArgs {
   int64_t ldc = 0;
   float* partials = nullptr;         // f32 [tiles][splits][BM][BN] when splits > 1
   int* counters = nullptr;           // i32 [tiles], zero between launches
+  bool defer_sum = false;            // decode, splits > 1, not a cluster: stop after the partials
+                                     // (the consumer adds them: common/split_sum.h); c untouched
   // MoE (null for kDense). grid.z = n_shared_tiles static tiles of the shared expert (rows
   // shared_row0 + BM z .., token = row - shared_row0, weight 1: known before routing), then the
   // router's tiles of routed experts.
@@ -145,6 +147,9 @@ struct GemmLaunch {
   // 4 or 8 (wo_b M = 1, 8 splits: 11.5 vs 9.8): clusters must fit a GPC whole beside the
   // previous kernel's blocks. So only the measured table turns it on.
   bool cluster = false;
+  // Decode split-K through global memory: leave the partial tiles to the consumer
+  // (w4a16_gemm_deferred); launch_dense refuses it for any other launch.
+  bool defer_sum = false;
 };
 inline constexpr int kMaxClusterSplits = 8;  // the portable cluster size
 // Whether `l` may run its split-K through a cluster on `dev` (SM90, 2..kMaxClusterSplits splits).
