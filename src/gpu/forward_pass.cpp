@@ -87,6 +87,10 @@ Status ForwardPass::layer(int l, const cuda::StepBatchView& b, TraceSink* trace)
   m.m = T;
   m.y = a_.y;
   m.ldy = D;
+  // The sum over each token's expert rows is left to the next layer's HCPre (the last layer's
+  // plain HCPost reads y).
+  cuda::PairSumView moe_y;
+  if (l + 1 < cfg_.n_layers && T <= cuda::kHcDeferredYMaxTokens) m.deferred = &moe_y;
   mark(StepCategory::kMoe);
   DSV4_RETURN_IF_ERROR(cuda::moe_forward(L.moe, m, ws_.moe, stream_));
   if (trace)
@@ -100,7 +104,7 @@ Status ForwardPass::layer(int l, const cuda::StepBatchView& b, TraceSink* trace)
   // MoE HCPost fused with the next layer's attention HCPre + attn_norm
   const LayerDeviceWeights& N = w_.layers[size_t(l + 1)];
   return cuda::hc_post_pre_norm(a_.X, a_.y, a_.mix, T, N.hc_attn, N.attn_norm, dims, a_.x, a_.mix, stream_,
-                                comb_mode(T));
+                                comb_mode(T), nullptr, &moe_y);
 }
 
 Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* trace,

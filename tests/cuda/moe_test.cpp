@@ -517,6 +517,59 @@ TEST(MoeForwardDiagnostic, TiledPrefillLaunchesMatchReference) {
   }
 }
 
+// MoeArgs::deferred (the combine left to the next HCPost): where the down GEMM is a decode launch,
+// y stays untouched and each token's pair rows, added in token_pairs order from 0 in fp32 and
+// rounded to bf16 (deferred_sum.h), give the combined call's y bit for bit; the routing is the
+// same. Score and hash layers; batches on both sides of the decode kernels' rows.
+TEST(MoeForwardDeferred, PairRowsSumToTheCombinedOutput) {
+  DSV4_SKIP_WITHOUT_GPU();
+  MoeSetup& s = setup();
+  int deferred = 0;
+  for (const bool hash : {false, true})
+    for (int m : {1, 4, 16, 64}) {
+      SCOPED_TRACE(std::string(hash ? "hash" : "score") + " M=" + std::to_string(m));
+      const std::vector<float> x = random_bf16_values(int64_t(m) * kHidden, 9600 + uint64_t(m) + (hash ? 50 : 0), 1.0f);
+      const std::vector<int32_t> tokens = hash ? random_tokens(m, 9700 + uint64_t(m)) : std::vector<int32_t>{};
+      const RunResult ref = run_moe(s.weights(hash), x, tokens, m);
+      DeviceBuffer dx = upload_vector(to_bf16(x));
+      DeviceBuffer dt = upload_vector(tokens.empty() ? std::vector<int32_t>(1, 0) : tokens);
+      DeviceBuffer dy = device_alloc(size_t(m) * kLdy * 2);
+      poison(dy);
+      MoeArgs a = moe_args(dx, dy, m);
+      a.token_ids = tokens.empty() ? nullptr : dt.as<int32_t>();
+      PairSumView v;
+      a.deferred = &v;
+      DSV4_ASSERT_OK(moe_forward(s.weights(hash), a, s.ws, nullptr));
+      DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+      const std::vector<uint16_t> y = download<uint16_t>(dy.get(), size_t(m) * kLdy);
+      EXPECT_EQ(download<int32_t>(s.ws.topk_ids(), size_t(m) * kTopK), ref.ids);
+      if (v.pairs_per_token == 0) {
+        EXPECT_EQ(y, ref.y) << "not deferred: y as the combined call writes it";
+        continue;
+      }
+      ++deferred;
+      ASSERT_EQ(v.pairs_per_token, kTopK + 1);
+      EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](uint16_t b) { return b == 0xFFFF; })) << "y was written";
+      const std::vector<int32_t> pairs = download<int32_t>(v.token_pairs, size_t(m) * v.pairs_per_token);
+      const int n_rows = m * v.pairs_per_token;
+      std::vector<uint16_t> rows(size_t(n_rows) * size_t(v.ld));
+      DSV4_ASSERT_CUDA(cudaMemcpy(rows.data(), v.rows, rows.size() * 2, cudaMemcpyDeviceToHost));
+      int64_t differ = 0;
+      for (int t = 0; t < m; ++t)
+        for (int c = 0; c < kHidden; ++c) {
+          float sum = 0.0f;
+          for (int i = 0; i < v.pairs_per_token; ++i) {
+            const int32_t r = pairs[size_t(t) * v.pairs_per_token + i];
+            ASSERT_TRUE(r >= 0 && r < n_rows) << "pair row " << r;
+            sum += bf16_to_f32(rows[size_t(r) * v.ld + c]);
+          }
+          differ += to_bf16(std::vector<float>{sum})[0] != ref.y[size_t(t) * kLdy + c];
+        }
+      EXPECT_EQ(differ, 0) << "values of the pair rows' sum differ from the combined y";
+    }
+  EXPECT_GT(deferred, 0) << "decode batches should defer the combine";
+}
+
 // Same inputs, same bits: eagerly twice and from a CUDA graph (fixed launch shapes, counters
 // that reset themselves, no host synchronization inside moe_forward).
 TEST(MoeForwardGraph, DeterministicAndReplayable) {

@@ -431,10 +431,11 @@ TEST(Ops, HcPostPreNorm) {
   }
 }
 
-// y as a split-K GEMM's unsummed partials (split_sum.h, what wo_b's deferred launch leaves): the
+// y as a split-K GEMM's unsummed partials (deferred_sum.h, what wo_b's deferred launch leaves): the
 // same X, x and mix bits as with y = bf16(the partials summed in split order), for tiles of 16
-// rows and 256 columns (wo_b's decode tiles) and of 16 x 64, token counts across row tiles.
-TEST(Ops, HcPostPreNormSplitY) {
+// rows and 256 columns (wo_b's decode tiles) and of 16 x 64, token counts across row tiles; and
+// y as the MoE's pair rows (what a deferred MoE combine leaves), summed in token_pairs order.
+TEST(Ops, HcPostPreNormDeferredY) {
   DSV4_SKIP_WITHOUT_GPU();
   const ModelConfig& c = flash();
   const int D = c.hidden, hc = c.hc_mult, n_mix = c.hc_mix(), n_mix_out = hc + hc * hc;
@@ -480,6 +481,44 @@ TEST(Ops, HcPostPreNormSplitY) {
     DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
     EXPECT_EQ(download<uint16_t>(X1.get(), size_t(T * hcD)), download<uint16_t>(X2.get(), size_t(T * hcD)))
         << "X (HCPost of the summed partials) must equal the bf16 y's";
+    EXPECT_EQ(download<uint16_t>(x1.get(), size_t(T) * D), download<uint16_t>(x2.get(), size_t(T) * D));
+    const std::vector<float> m1 = download<float>(mix1.get(), post_mix.size());
+    const std::vector<float> m2 = download<float>(mix2.get(), post_mix.size());
+    EXPECT_EQ(std::memcmp(m1.data(), m2.data(), m1.size() * 4), 0) << "mix differs";
+  }
+  // y as the MoE's pair rows (PairSumView): 7 rows per token in a shuffled order, row stride past D.
+  for (const int T : {1, 6, 20}) {
+    SCOPED_TRACE("pairs T=" + std::to_string(T));
+    constexpr int kPairs = 7;
+    const int64_t ld = D + 64;
+    const int n_rows = T * kPairs;
+    const std::vector<float> rows = random_bf16_values(int64_t(n_rows) * ld, 2500 + uint64_t(T), 1.0f);
+    std::vector<int32_t> order(static_cast<size_t>(n_rows));
+    for (int i = 0; i < n_rows; ++i) order[size_t(i)] = int32_t((i * 37 + 11) % n_rows);  // a permutation: gcd(37, n) = 1
+    std::vector<float> y(size_t(T) * D);
+    for (int t = 0; t < T; ++t)
+      for (int col = 0; col < D; ++col) {
+        float sum = 0.0f;
+        for (int i = 0; i < kPairs; ++i) sum += rows[size_t(order[size_t(t * kPairs + i)]) * ld + col];
+        y[size_t(t) * D + col] = sum;
+      }
+    DeviceBuffer d_rows = upload_vector(to_bf16(rows)), d_order = upload_vector(order);
+    DeviceBuffer d_y = upload_vector(to_bf16(y));
+    const PairSumView view{d_rows.as<__nv_bfloat16>(), ld, d_order.as<int32_t>(), kPairs};
+    const std::vector<float> X = random_bf16_values(T * hcD, 2600 + uint64_t(T), 1.0f);
+    std::vector<float> post_mix(size_t(T) * n_mix_out);
+    const std::vector<float> u = uniform(post_mix.size(), 0.0f, 1.0f, 2700 + uint64_t(T));
+    for (size_t i = 0; i < post_mix.size(); ++i) post_mix[i] = (i % n_mix_out) < size_t(hc) ? 2.0f * u[i] : u[i];
+    DeviceBuffer X1 = upload_vector(to_bf16(X)), mix1 = upload_vector(post_mix), x1 = device_alloc(size_t(T) * D * 2);
+    DeviceBuffer X2 = upload_vector(to_bf16(X)), mix2 = upload_vector(post_mix), x2 = device_alloc(size_t(T) * D * 2);
+    DSV4_ASSERT_OK(hc_post_pre_norm(X1.as<__nv_bfloat16>(), d_y.as<__nv_bfloat16>(), mix1.as<float>(), T, d_hp.view(),
+                                    d_norm_w.as<float>(), flash_hc_dims(), x1.as<__nv_bfloat16>(), mix1.as<float>(),
+                                    nullptr));
+    DSV4_ASSERT_OK(hc_post_pre_norm(X2.as<__nv_bfloat16>(), nullptr, mix2.as<float>(), T, d_hp.view(),
+                                    d_norm_w.as<float>(), flash_hc_dims(), x2.as<__nv_bfloat16>(), mix2.as<float>(),
+                                    nullptr, HcComb::kProjected, nullptr, &view));
+    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(download<uint16_t>(X1.get(), size_t(T * hcD)), download<uint16_t>(X2.get(), size_t(T * hcD)));
     EXPECT_EQ(download<uint16_t>(x1.get(), size_t(T) * D), download<uint16_t>(x2.get(), size_t(T) * D));
     const std::vector<float> m1 = download<float>(mix1.get(), post_mix.size());
     const std::vector<float> m2 = download<float>(mix2.get(), post_mix.size());

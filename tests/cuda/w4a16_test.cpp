@@ -340,7 +340,7 @@ TEST(W4A16Decode, ForcedLaunchesMatchExactReference) {
 }
 
 // w4a16_gemm_deferred: where the decode launch splits K through global memory (wo_b), the
-// partials it leaves, added in split order (split_sum.h), round to w4a16_gemm's bits and y stays
+// partials it leaves, added in split order (deferred_sum.h), round to w4a16_gemm's bits and y stays
 // untouched; where it does not (wq_b unsplit; the fused wq_a|wkv through an SM90 cluster; 33+
 // rows) y is written as by w4a16_gemm. The partials are read back after a second, plain GEMM on
 // another shape has run: nothing but a split-K GEMM overwrites them.

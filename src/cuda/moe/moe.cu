@@ -95,6 +95,7 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   if (hidden != ws.hidden_ || inter != ws.inter_ || top_k != ws.top_k_ || w.n_experts != ws.n_experts_)
     return invalid_argument("moe_forward: weights (hidden {}, inter {}, top_k {}, experts {}) do not match the workspace",
                             hidden, inter, top_k, w.n_experts);
+  if (a.deferred != nullptr) *a.deferred = PairSumView{};  // until the down launch says otherwise
   if (a.x == nullptr || a.y == nullptr || w.gate_w == nullptr) return invalid_argument("moe_forward: null x, y or gate_w");
   if (!aligned16(a.x) || a.ldx < hidden || a.ldx % 8 != 0 || !aligned16(a.y) || a.ldy < hidden || a.ldy % 8 != 0)
     return invalid_argument("moe_forward: x and y must be 16-byte aligned with ld >= hidden, ld % 8 == 0");
@@ -300,6 +301,11 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.y = a.y;
   g.ldy = a.ldy;
   g.trace = trace != nullptr ? trace + int64_t(kTracePoints) * (route_blocks + up_blocks) : nullptr;
+  DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo down_ci, gemm_config_info(down.cfg));
+  g.defer_combine = a.deferred != nullptr && down_ci.decode;  // only the decode kernel honours it
+  if (a.deferred != nullptr)
+    *a.deferred = g.defer_combine ? PairSumView{ws.down_.as<__nv_bfloat16>(), hidden, ws.token_pairs_.as<int>(), top_k + 1}
+                                  : PairSumView{};
   g.splits = down.splits;
   g.cluster_splits = down.cluster ? down.splits : 0;
   g.stages = down.stages;

@@ -3,7 +3,9 @@
 // clamped SwiGLU and routing weight fused, and the down GEMM with the sum over the top-k experts
 // and the shared expert fused. Three launches, no host synchronization, launch shapes fixed by
 // the batch size: graph-safe. With PDL (SM90) the shared expert's gate/up tiles run alongside the
-// router, and the down GEMM prefetches its routed experts' weights while gate/up finishes. All experts stay resident; the caller owns weights and workspace.
+// router, and the down GEMM prefetches its routed experts' weights while gate/up finishes. All
+// experts stay resident; the caller owns weights and workspace. With MoeArgs::deferred the down
+// GEMM stops at the pair rows and the next HCPost adds them (common/deferred_sum.h).
 //
 // Numerics (the engine's CPU reference semantics): logits = fp32(x) . fp32(gate_w)^T;
 // s = sqrt(softplus(logit)); hash layers take experts tid2eid[token], score layers the top-k of
@@ -55,6 +57,11 @@ struct MoeArgs {
   int m = 0;
   __nv_bfloat16* y = nullptr;        // bf16 [M, hidden] routed + shared output, row stride ldy
   int64_t ldy = 0;
+  // Non-null: where the down GEMM is a decode launch, the sum over each token's pairs is left to
+  // the consumer (common/deferred_sum.h; the next HCPost) and y is not written: *deferred then
+  // describes the pair rows (in the workspace, valid until its next call). Otherwise y is written
+  // and deferred->pairs_per_token is 0.
+  PairSumView* deferred = nullptr;
 };
 
 // Diagnostics only (benchmark lab, tests): force the two GEMM launches instead of the heuristics'.

@@ -37,7 +37,8 @@ constexpr int kFinishWorkers = 512;   // finish threads that collapse: 8 columns
 constexpr int kFinishChunks = 1;      // D <= 512 * 8 = 4096 (Flash); registers allow 2 blocks per SM
 constexpr int kSinkhornWarps = 4;     // tokens per hc_sinkhorn block
 constexpr int kYSplitBatch = 8;       // split-K partials of y requested at once per thread
-constexpr int kMaxSplitYTokens = kMixMinTokensPerBlock;  // tokens per block with y as partials
+constexpr int kMaxSplitYTokens = kMixMinTokensPerBlock;  // tokens per block with a deferred y
+constexpr int kMaxYPairs = 9;         // pairs per token of a deferred MoE output (top_k 8 + shared)
 
 struct MixPartialsArgs {
   __nv_bfloat16* X;         // bf16 [*, hc*D] residual streams (updated in place with kPost)
@@ -45,6 +46,7 @@ struct MixPartialsArgs {
   const float* fn;          // f32 [n_mix, hc*D]
   const __nv_bfloat16* y;   // kPost: bf16 [T, D] sublayer output
   SplitSumView y_split;     // kPost, splits > 1: y as a split-K GEMM's partials (y unused)
+  PairSumView y_pairs;      // kPost, pairs_per_token > 0: y as the MoE's pair rows (y unused)
   const float* post_mix;    // kPost: f32 [T, hc + hc*hc] the sublayer's mix (hc_post's)
   int hc, D, n_mix, T, tokens_per_block;
   float* partials;          // f32, token t at partials + t * partial_row: [n_splits][n_mix + 1]
@@ -133,10 +135,18 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
       if (lane < hc * hc) s_comb[i][lane] = comb;
     }
   }
+  // y as the MoE's pair rows: each token's pair positions, written by the router at least two
+  // launches back (complete, as the comb logits above), requested before the wait.
+  __shared__ int s_pos[kMaxSplitYTokens][kMaxYPairs];  // launch_hc_mix checks tokens and pairs
+  const int ppt = a.y_pairs.pairs_per_token;
+  const bool pair_y = kPost && ppt > 0;
+  if (pair_y)
+    for (int i = threadIdx.x; i < (t1 - t0) * ppt; i += kMixThreads)
+      s_pos[i / ppt][i % ppt] = __ldcg(a.y_pairs.token_pairs + int64_t(t0) * ppt + i);
   // X, y, post_mix and rows come from earlier kernels (rows: a host copy); X and partials (x)
   // are written below and may still be read by the previous kernel.
   pdl_wait();
-  if (kPost && a.comb_logits) __syncthreads();  // s_comb is complete
+  if ((kPost && a.comb_logits) || pair_y) __syncthreads();  // s_comb and s_pos are complete
   auto load = [&](int t) {
     TokenIn<kPost> in;
     if (!active) return in;
@@ -145,7 +155,8 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
 #pragma unroll
       for (int j = 0; j < kMixMaxHc; ++j)
         if (j < a.hc) in.xs[j] = *reinterpret_cast<const uint2*>(xt + int64_t(j) * a.D);
-      if (a.y_split.splits <= 1) in.y = *reinterpret_cast<const uint2*>(a.y + int64_t(t) * a.D + d);  // else s_y
+      if (a.y_split.splits <= 1 && a.y_pairs.pairs_per_token <= 0)  // else s_y
+        in.y = *reinterpret_cast<const uint2*>(a.y + int64_t(t) * a.D + d);
       const float* m = a.post_mix + int64_t(t) * (a.hc + a.hc * a.hc);  // [post (hc), comb (hc x hc)]
       in.post = m[k];
 #pragma unroll
@@ -161,7 +172,7 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
   __shared__ float red[2][kWarps][kWidth];
   TokenIn<kPost> next;
   if (t0 < t1) next = load(t0);
-  // y given as split-K partials (split_sum.h): the block's 64 columns of each of its tokens are
+  // y given as split-K partials (deferred_sum.h): the block's 64 columns of each of its tokens are
   // summed here, while the first token's loads are in flight: every (token, 4-column chunk) by
   // one thread with all its splits' loads out at once, into s_y as bf16 (the GEMM's own bits);
   // the token loop reads y from there.
@@ -189,8 +200,28 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
       }
       s_y[tt][c] = pack_bf16x4(sum);
     }
+  } else if (pair_y) {
+    // The MoE combine's sum (moe_epilogue.cuh): the pair rows' bf16 values in token_pairs order.
+    for (int i = threadIdx.x; i < (t1 - t0) * kThreadsPerStream; i += kMixThreads) {
+      const int tt = i / kThreadsPerStream, c = i % kThreadsPerStream;
+      const int64_t col = split * kMixSplitDims + 4 * c;
+      uint2 v[kMaxYPairs];
+#pragma unroll
+      for (int u = 0; u < kMaxYPairs; ++u)  // every row's load in flight before the adds
+        if (u < ppt) v[u] = __ldcg(reinterpret_cast<const uint2*>(a.y_pairs.rows + s_pos[tt][u] * a.y_pairs.ld + col));
+      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int u = 0; u < kMaxYPairs; ++u)
+        if (u < ppt) {
+          float f[4];
+          unpack_bf16x4(v[u], f);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sum[e] += f[e];
+        }
+      s_y[tt][c] = pack_bf16x4(sum);
+    }
   }
-  if (split_y) __syncthreads();  // s_y is complete
+  if (split_y || pair_y) __syncthreads();  // s_y is complete
   for (int t = t0; t < t1; ++t) {
     const TokenIn<kPost> cur = next;
     if (t + 1 < t1) next = load(t + 1);  // in flight during this token's math
@@ -199,7 +230,7 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
     if constexpr (kPost) {
       // cpu::hc_post, in hc_post_kernel's order: bf16(post y + sum_j comb[j][k] X_j).
       float yv[4], out[4];
-      unpack_bf16x4(split_y && active ? s_y[t - t0][threadIdx.x % kThreadsPerStream] : cur.y, yv);
+      unpack_bf16x4((split_y || pair_y) && active ? s_y[t - t0][threadIdx.x % kThreadsPerStream] : cur.y, yv);
 #pragma unroll
       for (int e = 0; e < 4; ++e) out[e] = __fmul_rn(cur.post, yv[e]);
 #pragma unroll
@@ -430,6 +461,7 @@ struct PostIn {
   const __nv_bfloat16* y = nullptr;  // bf16 [T, D]
   const float* mix = nullptr;        // f32 [T, hc + hc*hc]
   SplitSumView y_split;              // splits > 1: y as split-K partials instead
+  PairSumView y_pairs;               // pairs_per_token > 0: y as the MoE's pair rows instead
 };
 
 // Shared validation and the two launches; `head` selects hc_head_norm's variant, post.y
@@ -441,10 +473,19 @@ Status launch_hc_mix(const char* name, __nv_bfloat16* X, const int32_t* rows, in
       (!head && mix == nullptr))
     return invalid_argument("{}: null pointer", name);
   const bool split_y = post.y_split.splits > 1;
-  const bool fused = post.y != nullptr || split_y;
+  const bool pair_y = post.y_pairs.pairs_per_token > 0;
+  const bool fused = post.y != nullptr || split_y || pair_y;
   if (fused) {
     if (post.mix == nullptr) return invalid_argument("{}: null pointer", name);
-    if (split_y) {
+    if (split_y && pair_y) return invalid_argument("{}: y given as split-K partials and as pair rows", name);
+    if (pair_y) {
+      const PairSumView& v = post.y_pairs;
+      if (v.rows == nullptr || v.token_pairs == nullptr || !aligned16(v.rows) || v.ld < d.D || v.ld % 8 != 0 ||
+          v.pairs_per_token > kMaxYPairs)
+        return invalid_argument("{}: y pair rows must be 16-byte aligned with ld >= D {} and ld % 8 == 0, at most {} "
+                                "pairs per token (ld {}, {} pairs)",
+                                name, d.D, kMaxYPairs, v.ld, v.pairs_per_token);
+    } else if (split_y) {
       const SplitSumView& v = post.y_split;
       if (v.data == nullptr || !aligned16(v.data) || v.block_m < 1 || v.block_n < 4 || v.block_n % 4 != 0 ||
           v.tiles_n < 1 || int64_t(v.tiles_n) * v.block_n < d.D)
@@ -476,10 +517,14 @@ Status launch_hc_mix(const char* name, __nv_bfloat16* X, const int32_t* rows, in
   const bool logits = comb == HcComb::kLogits;
   if (logits && T > kHcLogitsMaxTokens)
     return invalid_argument("{}: HcComb::kLogits takes at most {} tokens (T {})", name, kHcLogitsMaxTokens, T);
-  if (split_y && plan.tokens_per_block > kMaxSplitYTokens)
-    return invalid_argument("{}: y as split-K partials takes at most {} tokens per block (T {} gives {})", name,
-                            kMaxSplitYTokens, T, plan.tokens_per_block);
+  if ((split_y || pair_y) && T > kHcDeferredYMaxTokens)
+    return invalid_argument("{}: a deferred y (split-K partials or pair rows) takes at most {} tokens (T {})", name,
+                            kHcDeferredYMaxTokens, T);
+  if ((split_y || pair_y) && plan.tokens_per_block > kMaxSplitYTokens)
+    return internal_error("{}: {} tokens per partials block for T {} (the deferred y's buffer holds {})", name,
+                          plan.tokens_per_block, T, kMaxSplitYTokens);
   const MixPartialsArgs pa{X,        rows,        p.fn,   post.y,  split_y ? post.y_split : SplitSumView{},
+                           pair_y ? post.y_pairs : PairSumView{},
                            post.mix, d.hc,        d.D,    n_mix,   T,
                            plan.tokens_per_block, partials, partial_row, fused && logits,
                            d.sinkhorn_iters, d.hc_eps};
@@ -507,12 +552,15 @@ Status hc_pre_norm(const __nv_bfloat16* X, int T, const HcParamsView& p, const f
 
 Status hc_post_pre_norm(__nv_bfloat16* X, const __nv_bfloat16* y, const float* post_mix, int T,
                         const HcParamsView& p, const float* norm_w, const HcDims& dims, __nv_bfloat16* x, float* mix,
-                        cudaStream_t stream, HcComb comb, const SplitSumView* y_split) {
+                        cudaStream_t stream, HcComb comb, const SplitSumView* y_split, const PairSumView* y_pairs) {
   const bool split_y = y_split != nullptr && y_split->splits > 1;
-  if ((y == nullptr && !split_y) || post_mix == nullptr) return invalid_argument("hc_post_pre_norm: null pointer");
+  const bool pair_y = y_pairs != nullptr && y_pairs->pairs_per_token > 0;
+  if ((y == nullptr && !split_y && !pair_y) || post_mix == nullptr)
+    return invalid_argument("hc_post_pre_norm: null pointer");
   return launch_hc_mix("hc_post_pre_norm", X, nullptr, T, p, norm_w, dims, /*head=*/false,
-                       PostIn{split_y ? nullptr : y, post_mix, split_y ? *y_split : SplitSumView{}}, x, mix, comb,
-                       stream);
+                       PostIn{split_y || pair_y ? nullptr : y, post_mix, split_y ? *y_split : SplitSumView{},
+                              pair_y ? *y_pairs : PairSumView{}},
+                       x, mix, comb, stream);
 }
 
 Status hc_head_norm(const __nv_bfloat16* X, const int32_t* rows, int n, const HcParamsView& p, const float* norm_w,

@@ -12,7 +12,7 @@
 
 #include "base/status.h"
 #include "cuda/common/kv_view.h"
-#include "cuda/common/split_sum.h"
+#include "cuda/common/deferred_sum.h"
 #include "cuda/common/step_batch.h"
 
 namespace dsv4::cuda {
@@ -50,6 +50,9 @@ struct HcParamsView {
 // hc_head_norm take projected combs, so hc_sinkhorn projects the last sublayer's.
 enum class HcComb { kProjected, kLogits };
 inline constexpr int kHcLogitsMaxTokens = 4;
+// hc_post_pre_norm's y given as its producer's last sum's terms (deferred_sum.h): batches up to
+// this many tokens (the partials kernel then walks at most 8 tokens per block).
+inline constexpr int kHcDeferredYMaxTokens = 256;
 
 // HCPre + RMSNorm (cpu::hc_pre then rmsnorm and bf16): x[t] = bf16(rmsnorm(bf16(sum_i pre_i X[t,i]),
 // norm_w)); mix[t] = f32 [hc post weights, hc*hc Sinkhorn comb (row j, col k at j*hc + k)] for hc_post.
@@ -70,11 +73,15 @@ Status hc_post(__nv_bfloat16* X, const __nv_bfloat16* y, const float* mix, int T
 // instead of three, with the same results bit for bit: X is updated in place as by
 // hc_post(X, y, post_mix), then x and mix are written as by hc_pre_norm(X, ...). post_mix may be
 // the same buffer as mix (it is read before mix is written); y must not overlap x or X.
-// y_split (splits > 1): y is a split-K GEMM's unsummed output (split_sum.h; wo_b through
-// w4a16_gemm_deferred), added here in the GEMM's order, the same bits; y is then not read.
+// y_split (splits > 1): y is a split-K GEMM's unsummed output (deferred_sum.h; wo_b through
+// w4a16_gemm_deferred); y_pairs (pairs_per_token > 0): y is the MoE's pair rows (moe_forward
+// with MoeArgs::deferred), whose token_pairs must come from a kernel at least two launches back
+// (they are read before the PDL wait; the router is three back). Either is added here in its
+// producer's order, the same bits, and y is then not read. Up to kHcDeferredYMaxTokens tokens.
 Status hc_post_pre_norm(__nv_bfloat16* X, const __nv_bfloat16* y, const float* post_mix, int T,
                         const HcParamsView& p, const float* norm_w, const HcDims& dims, __nv_bfloat16* x, float* mix,
-                        cudaStream_t stream, HcComb comb = HcComb::kProjected, const SplitSumView* y_split = nullptr);
+                        cudaStream_t stream, HcComb comb = HcComb::kProjected, const SplitSumView* y_split = nullptr,
+                        const PairSumView* y_pairs = nullptr);
 
 // HC head + final norm for selected rows (cpu::CpuModel::head_logits before the LM head):
 // x[i] = bf16(rmsnorm(hc_head(X[rows[i]]), norm_w)); rows: i32 [n] (device), null = rows 0..n-1.

@@ -43,7 +43,7 @@
 //     the 128-register bound of two blocks per SM, and the build fails on any spill
 //     (src/cuda/CMakeLists.txt): a spread sum by all split blocks spilled and slowed every launch.
 //     With GemmKernelArgs::defer_sum (w4a16_gemm_deferred) the blocks stop after their partials
-//     and the consumer adds them (wo_b's: the HCPost that reads y; common/split_sum.h).
+//     and the consumer adds them (wo_b's: the HCPost that reads y; common/deferred_sum.h).
 // Rows of the 16-row mma tile past the tile's rows read a copy of the last row (ldmatrix
 // addresses clamped) and are never stored: A needs smem for the real rows only.
 #pragma once
@@ -583,7 +583,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
     const int tile_id = z * gridDim.x + nb;
     float* part = p.partials + int64_t(tile_id) * p.splits * (T::kBM * T::kBN);
     store_acc(part + int64_t(split) * (T::kBM * T::kBN));
-    if (p.defer_sum) {  // the consumer adds the splits (common/split_sum.h)
+    if (p.defer_sum) {  // the consumer adds the splits (common/deferred_sum.h)
       trace_stamp(p.trace, 3);
       return;
     }
@@ -692,7 +692,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   }
 
   // MoE combine: when a token's last pair row of this column block is written, sum its rows.
-  if (p.mode == GemmMode::kMoeDown) moe_combine<T::kBN, T::kThreads>(p, row_begin, rows, s_row_token);
+  if (p.mode == GemmMode::kMoeDown && !p.defer_combine) moe_combine<T::kBN, T::kThreads>(p, row_begin, rows, s_row_token);
   trace_stamp(p.trace, 3);
 }
 

@@ -47,7 +47,7 @@ struct GemmKernelArgs {
   float* partials = nullptr;         // f32 [tiles][splits][BM][BN] when splits > 1
   int* counters = nullptr;           // i32 [tiles], zero between launches
   bool defer_sum = false;            // decode, splits > 1, not a cluster: stop after the partials
-                                     // (the consumer adds them: common/split_sum.h); c untouched
+                                     // (the consumer adds them: common/deferred_sum.h); c untouched
   // MoE (null for kDense). grid.z = n_shared_tiles static tiles of the shared expert (rows
   // shared_row0 + BM z .., token = row - shared_row0, weight 1: known before routing), then the
   // router's tiles of routed experts.
@@ -63,6 +63,8 @@ struct GemmKernelArgs {
                                      // experts by increasing id, then the shared expert
   int pairs_per_token = 0;
   int* combine_counters = nullptr;   // i32 [M, grid.x], zero between launches
+  bool defer_combine = false;        // kMoeDown, decode kernel: no combine, y untouched (the
+                                     // consumer adds the pair rows: common/deferred_sum.h)
   __nv_bfloat16* y = nullptr;        // kMoeDown: bf16 [M, N] final output, row stride ldy
   int64_t ldy = 0;
   float swiglu_limit = 10.0f;

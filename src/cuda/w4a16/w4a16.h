@@ -29,7 +29,7 @@
 
 #include "base/status.h"
 #include "cuda/common/device_buffer.h"
-#include "cuda/common/split_sum.h"
+#include "cuda/common/deferred_sum.h"
 
 namespace dsv4::cuda {
 
@@ -133,7 +133,7 @@ Status w4a16_gemm(const W4A16GemmArgs& args, const W4A16WorkspaceView& ws, cudaS
 
 // As w4a16_gemm, but where the launch splits K over blocks that add through global memory (the
 // decode configurations, up to 32 rows), the splits' fp32 partial tiles are left in the
-// workspace for the consumer to add (common/split_sum.h) and y is not written: *out describes
+// workspace for the consumer to add (common/deferred_sum.h) and y is not written: *out describes
 // them (out->splits > 1). Otherwise y is written as by w4a16_gemm and out->splits is 0. The
 // partials stay valid until the next split-K GEMM on the same workspace.
 Status w4a16_gemm_deferred(const W4A16GemmArgs& args, const W4A16WorkspaceView& ws, cudaStream_t stream,
