@@ -157,7 +157,7 @@ json bench_dense(Ctx& c, const Shape& sh, const std::vector<int>& ms) {
     auto plan = plan_w4a16_gemm(m, sh.n, sh.k, c.ws.view());
     CKS(plan.status());
     const int calls = m <= 64 ? sets * std::max(1, 40 / sets) : sets;
-    const double us = time_graph(c.s, calls, [&](int i) {
+    auto args = [&](int i) {  // weight set i % sets
       W4A16GemmArgs a;
       a.x = x.as<__nv_bfloat16>();
       a.ldx = sh.k;
@@ -165,20 +165,14 @@ json bench_dense(Ctx& c, const Shape& sh, const std::vector<int>& ms) {
       a.w = W4A16Weight{q[size_t(i % sets)].as<uint32_t>(), s[size_t(i % sets)].as<__half>(), sh.n, sh.k};
       a.y = y.as<__nv_bfloat16>();
       a.ldy = sh.n;
-      CKS(w4a16_gemm(a, c.ws.view(), c.s));
-    });
+      return a;
+    };
+    const double us = time_graph(c.s, calls, [&](int i) { CKS(w4a16_gemm(args(i), c.ws.view(), c.s)); });
     // The model's deferred launch (w4a16_gemm_deferred: the split-K sum left to the consumer,
     // wo_b's HCPost): timed where the launch splits K; it is not a complete GEMM on its own.
     auto deferred = [&](int i) {
-      W4A16GemmArgs a;
-      a.x = x.as<__nv_bfloat16>();
-      a.ldx = sh.k;
-      a.m = m;
-      a.w = W4A16Weight{q[size_t(i % sets)].as<uint32_t>(), s[size_t(i % sets)].as<__half>(), sh.n, sh.k};
-      a.y = y.as<__nv_bfloat16>();
-      a.ldy = sh.n;
       SplitSumView v;
-      CKS(w4a16_gemm_deferred(a, c.ws.view(), c.s, &v));
+      CKS(w4a16_gemm_deferred(args(i), c.ws.view(), c.s, &v));
       return v.splits > 1;
     };
     double deferred_us = 0.0;
