@@ -4,7 +4,8 @@
 //   1. partials: the fn . v and v . v slice sums of every token (fn read once per token group),
 //      parked in the token's output row x[t]; hc_post_pre_norm first applies the previous
 //      sublayer's hc_post to the block's columns of X in place (bit-exact with hc_post), with y
-//      read as is or, for wo_b's deferred launch, summed from its split-K partials first;
+//      read as is or, from a deferred producer (wo_b's split-K partials, the MoE's pair rows;
+//      common/deferred_sum.h), summed from its terms first;
 //   2. finish: one block per token sums the slices; a mixer warp computes rho and pre, then the
 //      post weights and the Sinkhorn comb (mix) while 16 worker warps collapse the streams, round
 //      to bf16 and apply the RMSNorm, overwriting x[t]. With HcComb::kLogits the mixer leaves the
@@ -172,10 +173,10 @@ __global__ void __launch_bounds__(kMixThreads) mix_partials_kernel(MixPartialsAr
   __shared__ float red[2][kWarps][kWidth];
   TokenIn<kPost> next;
   if (t0 < t1) next = load(t0);
-  // y given as split-K partials (deferred_sum.h): the block's 64 columns of each of its tokens are
-  // summed here, while the first token's loads are in flight: every (token, 4-column chunk) by
-  // one thread with all its splits' loads out at once, into s_y as bf16 (the GEMM's own bits);
-  // the token loop reads y from there.
+  // y given as its producer's terms (deferred_sum.h): the block's 64 columns of each of its tokens
+  // are summed here, while the first token's loads are in flight: every (token, 4-column chunk)
+  // by one thread with all its terms' loads out at once, into s_y as bf16 (the producer's own
+  // bits); the token loop reads y from there.
   __shared__ uint2 s_y[kMaxSplitYTokens][kThreadsPerStream];  // launch_hc_mix checks the tokens
   const bool split_y = kPost && a.y_split.splits > 1;
   if (split_y) {
