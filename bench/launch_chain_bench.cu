@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_json.h"
 #include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
@@ -110,14 +111,7 @@ int main(int argc, char** argv) {
   if (!out.empty()) {
     const json j = {{"benchmark", "launch_chain_bench"}, {"gpu", (*dev)->name}, {"sms", sms},  {"commit", commit},
                     {"command", command},                {"launches", n},        {"reps", reps}, {"rows", rows}};
-    FILE* f = std::fopen(out.c_str(), "w");
-    if (f == nullptr) {
-      std::fprintf(stderr, "launch_chain_bench: cannot write %s\n", out.c_str());
-      return 1;
-    }
-    std::fputs(j.dump(1).c_str(), f);
-    std::fclose(f);
-    std::printf("wrote %s\n", out.c_str());
+    if (!dsv4::bench::write_json(out, j, "launch_chain_bench")) return 1;
   }
   return 0;
 }

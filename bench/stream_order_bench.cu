@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_json.h"
 #include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/testing/graph_timing.h"
@@ -194,14 +195,7 @@ int main(int argc, char** argv) {
   if (!out.empty()) {
     const json j = {{"benchmark", "stream_order_bench"}, {"gpu", (*dev)->name}, {"blocks", blocks},
                     {"commit", commit}, {"command", command}, {"reps", reps}, {"rows", rows}};
-    FILE* f = std::fopen(out.c_str(), "w");
-    if (f == nullptr) {
-      std::fprintf(stderr, "stream_order_bench: cannot write %s\n", out.c_str());
-      return 1;
-    }
-    std::fputs(j.dump(1).c_str(), f);
-    std::fclose(f);
-    std::printf("wrote %s\n", out.c_str());
+    if (!dsv4::bench::write_json(out, j, "stream_order_bench")) return 1;
   }
   return 0;
 }

@@ -16,13 +16,13 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <functional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "base/check.h"
+#include "bench_json.h"
 #include "cuda/common/arch.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/moe/moe.h"
@@ -756,8 +756,7 @@ int main(int argc, char** argv) {
             {"lab_decode", lab_rows},
             {"lab_moe", moe_lab_rows},
             {"lab_prefill", prefill_lab_rows}};
-  std::ofstream(out) << j.dump(1) << "\n";
-  std::printf("wrote %s\n", out.c_str());
+  const bool written = dsv4::bench::write_json(out, j, "w4a16_bench");
   cublasDestroy(c.blas);
-  return 0;
+  return written ? 0 : 1;
 }

@@ -38,7 +38,7 @@ Status trace_copy(std::vector<int32_t>& dst, const int32_t* src, int64_t count, 
 }  // namespace
 
 Status ForwardPass::gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda::W4A16Weight& w, __nv_bfloat16* y,
-                         int64_t ldy) const {
+                         int64_t ldy, cuda::SplitSumView* deferred) const {
   cuda::W4A16GemmArgs g;
   g.x = x;
   g.ldx = ldx;
@@ -46,6 +46,7 @@ Status ForwardPass::gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda:
   g.w = w;
   g.y = y;
   g.ldy = ldy;
+  if (deferred != nullptr) return cuda::w4a16_gemm_deferred(g, ws_.w4a16.view(), stream_, deferred);
   return cuda::w4a16_gemm(g, ws_.w4a16.view(), stream_);
 }
 
@@ -197,14 +198,7 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   DSV4_RETURN_IF_ERROR(ws_.blas.grouped_bf16_out(a_.o, T, c.o_groups, L.wo_a, c.o_lora_rank, c.group_in_dim(), a_.u));
   mark(StepCategory::kW4A16Linear);
   // wo_b's split-K sum is left to the HCPost (no kernel until then uses the W4A16 workspace).
-  cuda::W4A16GemmArgs g;
-  g.x = a_.u;
-  g.ldx = int64_t(c.o_groups) * c.o_lora_rank;
-  g.m = T;
-  g.w = L.wo_b;
-  g.y = a_.y;
-  g.ldy = D;
-  DSV4_RETURN_IF_ERROR(cuda::w4a16_gemm_deferred(g, ws_.w4a16.view(), stream_, y_split));
+  DSV4_RETURN_IF_ERROR(gemm(a_.u, int64_t(c.o_groups) * c.o_lora_rank, T, L.wo_b, a_.y, D, y_split));
   if (b.one_row_per_seq) return Status::ok();  // the ring copy came with qkv_norm_finish
   mark(StepCategory::kAttention);
   // The ring advances after attention read it (the chunk's rows may overwrite older positions).

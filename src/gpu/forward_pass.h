@@ -83,8 +83,10 @@ class ForwardPass {
   // Leaves the sublayer output in Activations::y, or, where wo_b's launch splits K
   // (y_split->splits > 1), as its unsummed partials, which the HCPost that follows adds.
   Status attention(int l, const cuda::StepBatchView& b, TraceSink* trace, cuda::SplitSumView* y_split) const;
+  // deferred: w4a16_gemm_deferred (where the launch splits K, y is left as *deferred's partials,
+  // which the next kernel adds: common/deferred_sum.h); null: w4a16_gemm.
   Status gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda::W4A16Weight& w, __nv_bfloat16* y,
-              int64_t ldy) const;
+              int64_t ldy, cuda::SplitSumView* deferred = nullptr) const;
 
   const ModelConfig& cfg_;
   const DeviceModelWeights& w_;
