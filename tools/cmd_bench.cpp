@@ -41,6 +41,7 @@ struct BenchArgs {
   std::string dense_decode = "proj";     // GpuModelOptions::dense_decode
   std::string pdl = "on";                // on | off: cuda::set_pdl_enabled, before the model loads
   int attention_head_groups = 0;         // GpuModelOptions::attention_head_groups
+  std::string compressor_branch = "on";  // on | off: GpuModelOptions::compressor_branch
   int layers = 20;
   std::vector<int> batches = {1, 32};
   std::vector<int64_t> contexts = {4096};
@@ -177,6 +178,7 @@ int run_bench(const BenchArgs& a) {
   o.graph_batch_sizes = a.batches;
   o.dense_decode = a.dense_decode;
   o.attention_head_groups = a.attention_head_groups;
+  o.compressor_branch = a.compressor_branch == "on";
   std::sort(o.graph_batch_sizes.begin(), o.graph_batch_sizes.end());
   const auto t_load = Clock::now();
   auto model = gpu::GpuModel::load(*cfg, *weights, o);
@@ -188,10 +190,11 @@ int run_bench(const BenchArgs& a) {
   if (!bw.is_ok()) return fail(bw.status());
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s, pdl {}, attention head groups {}\n",
+  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s, pdl {}, attention head groups {}, compressor branch {}\n",
              a.model.empty() ? "synthetic flash" : a.model, cfg->n_layers, cfg->vocab_size,
              fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw, a.pdl,
-             a.attention_head_groups == 0 ? std::string("auto") : std::to_string(a.attention_head_groups));
+             a.attention_head_groups == 0 ? std::string("auto") : std::to_string(a.attention_head_groups),
+             a.compressor_branch);
 
   json out;
   out["date"] = "";
@@ -208,6 +211,7 @@ int run_bench(const BenchArgs& a) {
   out["dense_decode"] = a.dense_decode;
   out["pdl"] = a.pdl;
   out["attention_head_groups"] = a.attention_head_groups;
+  out["compressor_branch"] = a.compressor_branch;
   out["copy_bandwidth_gbs"] = *bw;
   out["device_bytes"] = m.device_bytes();
   json& runs = out["runs"];
@@ -343,6 +347,11 @@ void register_bench(CLI::App& app, int& exit_code) {
                   "launches, for A/B runs)")->capture_default_str();
   cmd->add_option("--attention-head-groups", a->attention_head_groups,
                   "0 | 1 | 4: sparse attention blocks of 1 or 4 groups of 16 heads (0: the plan picks by batch size)")
+      ->capture_default_str();
+  cmd->add_option("--compressor-branch", a->compressor_branch,
+                  "on | off: the compressor projections and emits on a second stream beside the query path "
+                  "(off: one stream, for A/B runs)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--out", a->out, "JSON result file");
   cmd->add_option("--commit", a->commit, "commit recorded in the JSON");

@@ -41,7 +41,22 @@ bool use_decode_kernel(bool enabled, bool streaming_only, const cuda::DenseDecod
          cuda::dense_decode_supported(s, x, w, y) && (!streaming_only || cuda::dense_decode_streams(s));
 }
 
+cuda::DenseDecodeShape f32_out_shape(int m, int n, int k, int64_t ldx, int64_t ldy) {
+  cuda::DenseDecodeShape ds;
+  ds.m = m;
+  ds.n = n;
+  ds.k = k;
+  ds.ldx = ldx;
+  ds.ldy = ldy;
+  return ds;
+}
+
 }  // namespace
+
+bool Blas::f32_out_on_cublas(const __nv_bfloat16* x, int64_t ldx, int m, const __nv_bfloat16* w, int n, int k,
+                             const float* y, int64_t ldy) const {
+  return !use_decode_kernel(dense_proj_, /*streaming_only=*/true, f32_out_shape(m, n, k, ldx, ldy), x, w, y);
+}
 
 Blas::~Blas() {
   if (handle_ != nullptr) cublasDestroy(handle_);
@@ -69,12 +84,7 @@ Status Blas::gemm_f32_out(const __nv_bfloat16* x, int64_t ldx, int m, const __nv
     return invalid_argument("gemm_f32_out: bad shape m {} n {} k {} ldx {} ldy {}", m, n, k, ldx, ldy);
   if (x == nullptr || w == nullptr || y == nullptr || !aligned16(x) || !aligned16(w) || !aligned16(y))
     return invalid_argument("gemm_f32_out: null or unaligned operand");
-  cuda::DenseDecodeShape ds;
-  ds.m = m;
-  ds.n = n;
-  ds.k = k;
-  ds.ldx = ldx;
-  ds.ldy = ldy;
+  const cuda::DenseDecodeShape ds = f32_out_shape(m, n, k, ldx, ldy);
   if (use_decode_kernel(dense_proj_, /*streaming_only=*/true, ds, x, w, y))
     return cuda::dense_decode_gemm(x, w, y, cuda::DenseOut::kF32, ds, stream_);
   const float one = 1.0f, zero = 0.0f;

@@ -38,6 +38,12 @@ class Blas {
   Status gemm_f32_out(const __nv_bfloat16* x, int64_t ldx, int m, const __nv_bfloat16* w, int n, int k, float* y,
                       int64_t ldy) const;
 
+  // Whether gemm_f32_out with these arguments runs on cuBLAS (launched plainly, not as a
+  // programmatic dependent: the launch after it cannot start early) rather than the weight-streaming
+  // kernel.
+  bool f32_out_on_cublas(const __nv_bfloat16* x, int64_t ldx, int m, const __nv_bfloat16* w, int n, int k,
+                         const float* y, int64_t ldy) const;
+
   // Grouped projection (wo_a): for g < groups, u[:, g*n : (g+1)*n] = bf16(o[:, g*k : (g+1)*k] .
   // w[g*n : (g+1)*n, :]^T). o: bf16 [m, groups * k]; w: bf16 [groups * n, k]; u: bf16 [m, groups * n].
   Status grouped_bf16_out(const __nv_bfloat16* o, int m, int groups, const __nv_bfloat16* w, int n, int k,

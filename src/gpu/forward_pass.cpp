@@ -108,6 +108,43 @@ Status ForwardPass::layer(int l, const cuda::StepBatchView& b, TraceSink* trace)
                                 comb_mode(T), nullptr, &moe_y);
 }
 
+Status ForwardPass::compress(int l, const cuda::StepBatchView& b, cudaStream_t stream, const Blas& blas) const {
+  const LayerDeviceWeights& L = w_.layers[size_t(l)];
+  const LayerKvState& kv = kv_.layers[size_t(l)];
+  const ProjColumns& pc = L.proj;
+  const int T = b.n_tokens, D = cfg_.hidden;
+  // Every dense projection of x in one fp32-output GEMM (the reference keeps them unrounded).
+  mark(StepCategory::kDenseLinear);
+  DSV4_RETURN_IF_ERROR(blas.gemm_f32_out(a_.x, D, T, L.wproj, pc.n, D, a_.proj, pc.n));
+  mark(StepCategory::kCompressor);
+  // Compressors run before attention: an entry completed by a row of this step is visible to the
+  // later rows (the reference pushes the whole chunk first).
+  if (L.spec.attn != AttnType::kCsa)
+    return cuda::compressor_forward(b, a_.proj + pc.comp_a, a_.proj + pc.comp_z, pc.n, L.comp, kv.comp_state,
+                                    kv.view.entries, kv.view.entry_bytes, stream)
+        .with_context("main compressor");
+  // Both compressors' emits in one launch (the same records as two compressor_forward calls).
+  const cuda::CompressorCall main_comp{a_.proj + pc.comp_a, a_.proj + pc.comp_z, pc.n, L.comp,
+                                       kv.comp_state, kv.view.entries, kv.view.entry_bytes};
+  const cuda::CompressorCall idx_comp{a_.proj + pc.idx_a, a_.proj + pc.idx_z, pc.n, L.idx_comp,
+                                      kv.idx_state, kv.view.index_keys, kv.view.index_key_bytes};
+  return cuda::compressor_forward_pair(b, main_comp, idx_comp, stream).with_context("main and indexer compressors");
+}
+
+Status ForwardPass::fork_compress(int l, const cuda::StepBatchView& b) const {
+  DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaEventRecord(side_.fork, stream_), "cudaEventRecord (fork)"));
+  DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamWaitEvent(side_.stream, side_.fork, 0), "cudaStreamWaitEvent (fork)"));
+  const Status st = compress(l, b, side_.stream, ws_.side_blas);
+  // The join point is recorded even after an error, and then waited for at once, so the model's
+  // stream (which the step's caller synchronizes) never runs ahead of the branch's launches.
+  DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaEventRecord(side_.join, side_.stream), "cudaEventRecord (join)"));
+  if (!st.is_ok()) {
+    cudaStreamWaitEvent(stream_, side_.join, 0);
+    return st;
+  }
+  return Status::ok();
+}
+
 Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* trace,
                               cuda::SplitSumView* y_split) const {
   const LayerDeviceWeights& L = w_.layers[size_t(l)];
@@ -116,6 +153,17 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   const int T = b.n_tokens, D = c.hidden, H = c.n_heads, d = c.head_dim, r = c.rope_dim, ql = c.q_lora_rank;
   const int64_t ld_qkv = ql + d;
   const float eps = float(c.norm_eps);
+  const bool csa = L.spec.attn == AttnType::kCsa, compressed = L.spec.attn != AttnType::kSliding;
+  // The compressor branch (SideStream) starts here, beside the query path, where the projection
+  // runs on cuBLAS, whose plain launch would otherwise stop the chain of programmatic launches
+  // (H200, 20 layers, batch 32: 13.07-13.09 -> 12.89-12.91 ms per step). Where it runs on the
+  // weight-streaming kernel (decode batches of 1..4), which streams its weights during the kernel
+  // before it, the fork and join cost more than the branch hides (batch 1: 3.12 -> 3.17 ms), so
+  // those stay on one stream (bench/results/forward_h200.md). Profiled steps keep one stream, so
+  // that each category's events time only its own launches.
+  const bool branch = compressed && side_.stream != nullptr && prof_ == nullptr &&
+                      ws_.blas.f32_out_on_cublas(a_.x, D, T, L.wproj, L.proj.n, D, a_.proj, L.proj.n);
+  if (branch) DSV4_RETURN_IF_ERROR(fork_compress(l, b));
 
   // query and KV projections in one GEMM: qkv = [bf16(x wq_a^T) | bf16(x wkv^T)]
   mark(StepCategory::kW4A16Linear);
@@ -132,52 +180,37 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   // between them is launched without PDL; bench/results/forward_h200.md).
   mark(StepCategory::kW4A16Linear);
   DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
-  const bool csa = L.spec.attn == AttnType::kCsa;
   mark(StepCategory::kMhcNorm);
   if (!csa) DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));
+  if (compressed && !branch) DSV4_RETURN_IF_ERROR(compress(l, b, stream_, ws_.blas));
 
-  if (L.spec.attn != AttnType::kSliding) {
-    // Every dense projection of x in one fp32-output GEMM (the reference keeps them unrounded).
+  const int nI = c.index_n_heads, dI = c.index_head_dim;
+  if (csa) {
+    mark(StepCategory::kW4A16Linear);
+    DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.idx_wq_b, a_.qi, int64_t(nI) * dI));
+  }
+  // The branch joins before the first reader of the projections and the compressed entries.
+  if (branch)
+    DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamWaitEvent(stream_, side_.join, 0), "cudaStreamWaitEvent (join)"));
+  if (csa) {
+    mark(StepCategory::kIndexer);
+    // Query prep and head weights in one launch; the reference's weight scale, computed the same
+    // way (double, then float).
+    const float scale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(nI)));
+    cuda::QueryNormRope qn;
+    qn.q = a_.q;
+    qn.n_heads = H;
+    qn.head_dim = d;
+    qn.rope_dim = r;
+    qn.inv_freq = L.inv_freq;
+    qn.eps = eps;
     const ProjColumns& pc = L.proj;
-    mark(StepCategory::kDenseLinear);
-    DSV4_RETURN_IF_ERROR(ws_.blas.gemm_f32_out(a_.x, D, T, L.wproj, pc.n, D, a_.proj, pc.n));
-    mark(StepCategory::kCompressor);
-    // Compressors run before attention: an entry completed by a row of this step is visible to
-    // the later rows (the reference pushes the whole chunk first).
-    if (!csa) {
-      DSV4_RETURN_IF_ERROR(cuda::compressor_forward(b, a_.proj + pc.comp_a, a_.proj + pc.comp_z, pc.n, L.comp,
-                                                    kv.comp_state, kv.view.entries, kv.view.entry_bytes, stream_)
-                               .with_context("main compressor"));
-    } else {
-      // Both compressors' emits in one launch (the same records as two compressor_forward calls).
-      const cuda::CompressorCall main_comp{a_.proj + pc.comp_a, a_.proj + pc.comp_z, pc.n, L.comp,
-                                           kv.comp_state, kv.view.entries, kv.view.entry_bytes};
-      const cuda::CompressorCall idx_comp{a_.proj + pc.idx_a, a_.proj + pc.idx_z, pc.n, L.idx_comp,
-                                          kv.idx_state, kv.view.index_keys, kv.view.index_key_bytes};
-      DSV4_RETURN_IF_ERROR(cuda::compressor_forward_pair(b, main_comp, idx_comp, stream_)
-                               .with_context("main and indexer compressors"));
-      const int nI = c.index_n_heads, dI = c.index_head_dim;
-      mark(StepCategory::kW4A16Linear);
-      DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.idx_wq_b, a_.qi, int64_t(nI) * dI));
-      mark(StepCategory::kIndexer);
-      // Query prep and head weights in one launch; the reference's weight scale, computed the same
-      // way (double, then float).
-      const float scale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(nI)));
-      cuda::QueryNormRope qn;
-      qn.q = a_.q;
-      qn.n_heads = H;
-      qn.head_dim = d;
-      qn.rope_dim = r;
-      qn.inv_freq = L.inv_freq;
-      qn.eps = eps;
-      DSV4_RETURN_IF_ERROR(cuda::indexer_prepare(a_.qi, T, nI, dI, r, b.token_pos, L.inv_freq, a_.proj + pc.idx_w, pc.n,
-                                                 scale, a_.wi, stream_, &qn));
-      DSV4_RETURN_IF_ERROR(
-          cuda::indexer_topk(b, a_.qi, a_.wi, nI, kv.view, c.index_topk, ws_.indexer, a_.selected, stream_));
-      if (trace)
-        DSV4_RETURN_IF_ERROR(
-            trace_copy(trace->selected[size_t(l)], a_.selected, int64_t(T) * c.index_topk, stream_));
-    }
+    DSV4_RETURN_IF_ERROR(cuda::indexer_prepare(a_.qi, T, nI, dI, r, b.token_pos, L.inv_freq, a_.proj + pc.idx_w, pc.n,
+                                               scale, a_.wi, stream_, &qn));
+    DSV4_RETURN_IF_ERROR(
+        cuda::indexer_topk(b, a_.qi, a_.wi, nI, kv.view, c.index_topk, ws_.indexer, a_.selected, stream_));
+    if (trace)
+      DSV4_RETURN_IF_ERROR(trace_copy(trace->selected[size_t(l)], a_.selected, int64_t(T) * c.index_topk, stream_));
   }
 
   cuda::AttentionParams ap;

@@ -50,8 +50,20 @@ struct Workspaces {
   cuda::MoeWorkspace moe;
   cuda::IndexerWorkspace indexer;    // present when the model has a CSA layer
   cuda::AttentionWorkspace attention;
-  Blas blas;
+  Blas blas;       // on the model's stream
+  Blas side_blas;  // on SideStream::stream, with a workspace of its own (initialized with the side stream)
   bool has_indexer = false;
+};
+
+// The compressor branch (GpuModelOptions::compressor_branch): a second stream for the launches of
+// a layer that depend only on the layer's input x and that only the layer's indexer and attention
+// read: the compressor/indexer projections and the compressors' emits. fork records `fork` on the
+// model's stream and makes `stream` wait for it; join records `join` on `stream` and makes the
+// model's stream wait. In a captured graph these become two edges; the launches between them run
+// beside the query path (wqkv, its norms, wq_b, the indexer's wq_b). Owned by GpuModel.
+struct SideStream {
+  cudaStream_t stream = nullptr;  // null: every launch on the model's stream
+  cudaEvent_t fork = nullptr, join = nullptr;
 };
 
 // Host copies of one step's discrete choices (filled only when asked; a D2H copy per layer).
@@ -62,10 +74,18 @@ struct TraceSink {
 
 class ForwardPass {
  public:
-  // attention_head_groups: GpuModelOptions::attention_head_groups (0: the plan picks).
+  // attention_head_groups: GpuModelOptions::attention_head_groups (0: the plan picks). side: the
+  // compressor branch's stream (null stream: off); ws.side_blas must then be bound to it.
   ForwardPass(const ModelConfig& cfg, const DeviceModelWeights& w, const KvState& kv, const Activations& a,
-              Workspaces& ws, cudaStream_t stream, int attention_head_groups = 0)
-      : cfg_(cfg), w_(w), kv_(kv), a_(a), ws_(ws), stream_(stream), attention_head_groups_(attention_head_groups) {}
+              Workspaces& ws, cudaStream_t stream, int attention_head_groups = 0, SideStream side = {})
+      : cfg_(cfg),
+        w_(w),
+        kv_(kv),
+        a_(a),
+        ws_(ws),
+        stream_(stream),
+        attention_head_groups_(attention_head_groups),
+        side_(side) {}
 
   // Embedding, then every layer. b: the step on the device (step_batch.h).
   Status layers(const cuda::StepBatchView& b, TraceSink* trace) const;
@@ -83,6 +103,11 @@ class ForwardPass {
   // Leaves the sublayer output in Activations::y, or, where wo_b's launch splits K
   // (y_split->splits > 1), as its unsummed partials, which the HCPost that follows adds.
   Status attention(int l, const cuda::StepBatchView& b, TraceSink* trace, cuda::SplitSumView* y_split) const;
+  // The compressor and indexer projections of x and the compressors' emits of layer l (CSA/HCA),
+  // on `stream` with `blas` (bound to it).
+  Status compress(int l, const cuda::StepBatchView& b, cudaStream_t stream, const Blas& blas) const;
+  // compress on the side stream, between the fork and join events (SideStream).
+  Status fork_compress(int l, const cuda::StepBatchView& b) const;
   // deferred: w4a16_gemm_deferred (where the launch splits K, y is left as *deferred's partials,
   // which the next kernel adds: common/deferred_sum.h); null: w4a16_gemm.
   Status gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda::W4A16Weight& w, __nv_bfloat16* y,
@@ -95,6 +120,7 @@ class ForwardPass {
   Workspaces& ws_;
   cudaStream_t stream_;
   int attention_head_groups_ = 0;
+  SideStream side_;
   StepProfiler* prof_ = nullptr;
 };
 

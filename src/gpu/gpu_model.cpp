@@ -28,12 +28,17 @@ constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;  // what cuBLAS asks fo
 constexpr int kMaxStepTokens = 8192;                       // the W4A16 GEMM's M range
 constexpr int kMinLogitRows = 64;                          // head chunk of all_rows steps (logits f32 [64, vocab])
 
-// The model's stream and the event that says the step inputs have left the pinned staging area.
-// Declared first in Impl, so it outlives every member that still refers to the stream.
+// The model's stream and the event that says the step inputs have left the pinned staging area;
+// the compressor branch's stream and events (GpuModelOptions::compressor_branch; null when off).
+// Declared first in Impl, so it outlives every member that still refers to the streams.
 struct StreamOwner {
   cudaStream_t stream = nullptr;
   cudaEvent_t staging_free = nullptr;
+  SideStream side;
   ~StreamOwner() {
+    if (side.join) cudaEventDestroy(side.join);
+    if (side.fork) cudaEventDestroy(side.fork);
+    if (side.stream) cudaStreamDestroy(side.stream);
     if (staging_free) cudaEventDestroy(staging_free);
     if (stream) cudaStreamDestroy(stream);
   }
@@ -204,8 +209,13 @@ struct GpuModel::Impl {
     const std::string& dd = opts.dense_decode;
     if (dd != "none" && dd != "woa" && dd != "proj" && dd != "woa,proj")
       return invalid_argument("dense_decode must be none, woa, proj or woa,proj, found '{}'", dd);
-    return ws.blas.init(so.stream, blas_ws, kBlasWorkspaceBytes, dd.find("woa") != std::string::npos,
-                        dd.find("proj") != std::string::npos);
+    const bool woa = dd.find("woa") != std::string::npos, proj = dd.find("proj") != std::string::npos;
+    DSV4_RETURN_IF_ERROR(ws.blas.init(so.stream, blas_ws, kBlasWorkspaceBytes, woa, proj));
+    if (so.side.stream == nullptr) return Status::ok();
+    // The branch's projections may run on cuBLAS (more than 4 rows) beside the model stream's
+    // cuBLAS calls, so its handle has a workspace of its own.
+    DSV4_ASSIGN_OR_RETURN(void* side_ws, arena.alloc(kBlasWorkspaceBytes, cat, "the compressor branch's cuBLAS workspace"));
+    return ws.side_blas.init(so.side.stream, side_ws, kBlasWorkspaceBytes, woa, proj);
   }
 
   // n_kv_blocks: as asked, else enough for every slot at max_positions, capped by the memory left
@@ -262,6 +272,15 @@ struct GpuModel::Impl {
         cuda_status(cudaStreamCreateWithFlags(&so.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
     DSV4_RETURN_IF_ERROR(
         cuda_status(cudaEventCreateWithFlags(&so.staging_free, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+    const bool any_compressed = std::any_of(cfg.layers.begin(), cfg.layers.end(),
+                                            [](const LayerSpec& l) { return l.attn != AttnType::kSliding; });
+    if (opts.compressor_branch && any_compressed) {
+      DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&so.side.stream, cudaStreamNonBlocking),
+                                       "cudaStreamCreateWithFlags (compressor branch)"));
+      for (cudaEvent_t* e : {&so.side.fork, &so.side.join})
+        DSV4_RETURN_IF_ERROR(
+            cuda_status(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreateWithFlags (branch)"));
+    }
 
     DSV4_ASSIGN_OR_RETURN(w, upload_weights(cfg, weights, arena, so.stream));
     DSV4_RETURN_IF_ERROR(allocate_activations());
@@ -276,7 +295,7 @@ struct GpuModel::Impl {
         kv_state_sizes(cfg, w.layers, opts.max_seqs, opts.max_tokens_per_step, opts.n_kv_blocks);
     DSV4_ASSIGN_OR_RETURN(kv, create_kv_state(cfg, w.layers, kv_sizes, arena));
     slot_next_pos.assign(size_t(opts.max_seqs), 0);
-    pass = std::make_unique<ForwardPass>(cfg, w, kv, act, ws, so.stream, opts.attention_head_groups);
+    pass = std::make_unique<ForwardPass>(cfg, w, kv, act, ws, so.stream, opts.attention_head_groups, so.side);
     DSV4_RETURN_IF_ERROR(prof.init());
     DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(so.stream), "load"));
     for (int s : opts.graph_batch_sizes)

@@ -34,6 +34,13 @@ struct GpuModelOptions {
   // Sparse attention blocks of 1 or 4 groups of 16 heads for every batch; 0: the plan picks by
   // batch size (for A/B runs: `dsv4 bench --attention-head-groups`).
   int attention_head_groups = 0;
+  // The compressor and indexer projections and the compressors' emits of each CSA/HCA layer on a
+  // second stream, forked after the layer's HCPre and joined before the first reader of their
+  // outputs (the indexer's prep, or attention), so they run beside the query path's launches, in
+  // steps whose projection runs on cuBLAS (more than 4 rows; gpu/forward_pass.cpp says why not the
+  // others). false: one stream, the launches in the reference's order (A/B runs: `dsv4 bench
+  // --compressor-branch off`). Profiled eager steps always run on one stream.
+  bool compressor_branch = true;
 };
 
 // One sequence's part of a step (host memory; the model copies it to its static device buffers).

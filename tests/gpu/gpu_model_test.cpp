@@ -79,7 +79,7 @@ GpuModelOptions test_options() {
   o.max_tokens_per_step = kMaxTokens;
   o.n_kv_blocks = kBlocks;
   o.max_positions = kMaxPositions;
-  o.graph_batch_sizes = {4, 1, 2};
+  o.graph_batch_sizes = {4, 1, 2, 8};
   return o;
 }
 
@@ -500,6 +500,64 @@ TEST(GpuModel, GraphReplayEqualsEager) {
                       kTop1Slack);
   }
   EXPECT_EQ(m.allocations_after_load(), 0);
+}
+
+// (4b) The compressor branch (GpuModelOptions::compressor_branch, on in the shared model) changes
+// where the compressor launches run, not what they compute: a model on one stream gives the same
+// bits for prefill chunks and decode steps of 6 sequences (graph of 8), where the branch runs (the
+// projection on cuBLAS), and for decode steps of 1 (graph and eager), where it does not.
+TEST(GpuModel, CompressorBranchEqualsOneStream) {
+  DSV4_SKIP_WITHOUT_GPU();
+  DSV4_GET_SHARED(s);
+  GpuModelOptions o = test_options();
+  o.compressor_branch = false;
+  o.graph_batch_sizes = {1, 8};
+  Result<std::unique_ptr<GpuModel>> loaded = GpuModel::load(s.cfg, *s.w, o);
+  DSV4_ASSERT_OK(loaded.status());
+  GpuModel& one_stream = **loaded;
+  GpuModel& branched = *s.gpu;
+  auto both = [&](Step& st, const char* what, bool graphs = true) {
+    const bool decode = std::all_of(st.seqs.begin(), st.seqs.end(), [](const GpuStepSeq& q) { return q.tokens.size() == 1; });
+    std::vector<float> a(size_t(st.n_logits()) * kVocab, std::numeric_limits<float>::quiet_NaN()), b = a;
+    branched.set_graph_replay(graphs);
+    one_stream.set_graph_replay(graphs);
+    const Status sa = branched.forward(st.seqs, a.data());
+    const bool replayed_a = branched.last_step_replayed_graph();
+    const Status sb = one_stream.forward(st.seqs, b.data());
+    const bool replayed_b = one_stream.last_step_replayed_graph();
+    branched.set_graph_replay(true);
+    one_stream.set_graph_replay(true);
+    ASSERT_TRUE(sa.is_ok()) << what << ": " << sa.to_string();
+    ASSERT_TRUE(sb.is_ok()) << what << ": " << sb.to_string();
+    EXPECT_EQ(replayed_a, graphs && decode) << what;
+    EXPECT_EQ(replayed_b, graphs && decode) << what;
+    expect_bit_exact(what, a, b);
+  };
+  const std::span<const int32_t> ids(s.ids);
+  constexpr int kSeqs = 6;
+  const int lens[kSeqs] = {700, 300, 129, 64, 200, 90};
+  const int offs[kSeqs] = {0, 800, 1200, 1400, 1500, 1800};
+  Step prefill;
+  for (int i = 0; i < kSeqs; ++i) prefill.add(i, 0, ids.subspan(size_t(offs[i]), size_t(lens[i])));
+  both(prefill, "prefill of 6 sequences");
+  Step chunk;
+  chunk.add(0, lens[0], ids.subspan(size_t(lens[0]), 400));
+  both(chunk, "second chunk");
+  std::vector<int64_t> pos(lens, lens + kSeqs);
+  pos[0] += 400;
+  for (int step = 0; step < 3; ++step) {
+    Step d;
+    for (int i = 0; i < kSeqs; ++i)
+      d.add(i, pos[size_t(i)] + step, ids.subspan(size_t(2000 + kSeqs * step + i), 1));
+    both(d, "decode, 6 sequences, graph of 8");
+  }
+  for (int step = 3; step < 5; ++step) {
+    Step d;
+    d.add(1, pos[1] + step, ids.subspan(size_t(2100 + step), 1));
+    both(d, step == 3 ? "decode, 1 sequence, graph" : "decode, 1 sequence, eager", step == 3);
+  }
+  EXPECT_EQ(branched.allocations_after_load(), 0);
+  EXPECT_EQ(one_stream.allocations_after_load(), 0);
 }
 
 // (5) invalid steps return a Status and change nothing: the sequence that was part of them then
