@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <memory>
 #include <numeric>
@@ -567,6 +568,31 @@ TEST(MoeForwardDeferred, PairRowsSumToTheCombinedOutput) {
 
 // Same inputs, same bits: eagerly twice and from a CUDA graph (fixed launch shapes, counters
 // that reset themselves, no host synchronization inside moe_forward).
+// Prefill-sized layers give the same bits every time, with a layer on other data in between. The
+// router once placed an expert's rows in arrival order: a row then fell into a different tile from
+// run to run, with a different row count and kernel path, and ~30 of 300..512 rows differed in the
+// last bits (route.cu group_pairs). 1129 rows (64-row tiles) also run the tiled kernel.
+TEST(MoeForwardGraph, PrefillRowsAreDeterministic) {
+  DSV4_SKIP_WITHOUT_GPU();
+  MoeSetup& s = setup();
+  for (int m : {300, 400, 512, 1129}) {
+    const std::vector<float> x = random_bf16_values(int64_t(m) * kHidden, 9300 + uint64_t(m), 1.0f);
+    const std::vector<float> x2 = random_bf16_values(int64_t(m) * kHidden, 9400 + uint64_t(m), 1.0f);
+    const RunResult r0 = run_moe(s.weights(false), x, {}, m);
+    for (int rep = 0; rep < 2; ++rep) {
+      run_moe(s.weights(false), x2, {}, m);
+      const RunResult r1 = run_moe(s.weights(false), x, {}, m);
+      int64_t diff_rows = 0, first = -1;
+      for (int t = 0; t < m; ++t)
+        if (std::memcmp(&r1.y[size_t(t) * kLdy], &r0.y[size_t(t) * kLdy], kHidden * 2) != 0) {
+          if (first < 0) first = t;
+          ++diff_rows;
+        }
+      EXPECT_EQ(diff_rows, 0) << "M=" << m << " rep " << rep << ": first differing row " << first;
+    }
+  }
+}
+
 TEST(MoeForwardGraph, DeterministicAndReplayable) {
   DSV4_SKIP_WITHOUT_GPU();
   MoeSetup& s = setup();

@@ -266,6 +266,40 @@ TEST(W4A16Gemm, DeterministicAndGraphReplayable) {
   }
 }
 
+// Prefill-sized calls give the same bits every time, with a call on other data in between (a
+// split-K or tile scheduler that left state behind, or read a partial before it was complete,
+// would show here). Written when a 400-row prefill chunk of the model differed between identical
+// runs: the dense GEMMs were deterministic, the MoE router's grouping was not (moe_test).
+TEST(W4A16Gemm, PrefillRowsAreDeterministic) {
+  DSV4_SKIP_WITHOUT_GPU();
+  for (const ShapeSpec& sh : flash_shapes()) {
+    for (int m : {400, 300, 1129}) {
+      DeviceBuffer dx1 = upload_vector(to_bf16(random_bf16_values(int64_t(m) * sh.k, 501 + m, 1.0f)));
+      DeviceBuffer dx2 = upload_vector(to_bf16(random_bf16_values(int64_t(m) * sh.k, 502 + m, 1.0f)));
+      DeviceBuffer y0 = device_alloc(size_t(m) * sh.n * 2), y1 = device_alloc(size_t(m) * sh.n * 2);
+      poison(y0);
+      DSV4_ASSERT_OK(w4a16_gemm(make_gemm_args(sh, dx1, y0, m, sh.n), workspace(), nullptr));
+      DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+      const auto ref = download<uint16_t>(y0.get(), size_t(m) * sh.n);
+      for (int rep = 0; rep < 3; ++rep) {
+        DSV4_ASSERT_OK(w4a16_gemm(make_gemm_args(sh, dx2, y1, m, sh.n), workspace(), nullptr));
+        poison(y0);
+        DSV4_ASSERT_OK(w4a16_gemm(make_gemm_args(sh, dx1, y0, m, sh.n), workspace(), nullptr));
+        DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+        const auto got = download<uint16_t>(y0.get(), size_t(m) * sh.n);
+        int64_t diff = 0, first = -1;
+        for (size_t i = 0; i < got.size(); ++i)
+          if (got[i] != ref[i]) {
+            if (first < 0) first = int64_t(i);
+            ++diff;
+          }
+        EXPECT_EQ(diff, 0) << sh.name << " M=" << m << " rep " << rep << ": first differing row "
+                           << (first < 0 ? -1 : first / sh.n);
+      }
+    }
+  }
+}
+
 // Every decode configuration, split-K factor (even and uneven group counts) and ring depth the
 // heuristics may pick, forced through the internal launcher, against the exact reference; also
 // checks that a forced split-K launch is deterministic and (SM90) that its cluster and global

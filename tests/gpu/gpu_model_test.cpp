@@ -502,20 +502,10 @@ TEST(GpuModel, GraphReplayEqualsEager) {
   EXPECT_EQ(m.allocations_after_load(), 0);
 }
 
-// (4b) The compressor branch (GpuModelOptions::compressor_branch, on in the shared model) changes
-// where the compressor launches run, not what they compute: a model on one stream gives the same
-// bits for prefill chunks and decode steps of 6 sequences (graph of 8), where the branch runs (the
-// projection on cuBLAS), and for decode steps of 1 (graph and eager), where it does not.
-TEST(GpuModel, CompressorBranchEqualsOneStream) {
-  DSV4_SKIP_WITHOUT_GPU();
-  DSV4_GET_SHARED(s);
-  GpuModelOptions o = test_options();
-  o.compressor_branch = false;
-  o.graph_batch_sizes = {1, 8};
-  Result<std::unique_ptr<GpuModel>> loaded = GpuModel::load(s.cfg, *s.w, o);
-  DSV4_ASSERT_OK(loaded.status());
-  GpuModel& one_stream = **loaded;
-  GpuModel& branched = *s.gpu;
+// Runs the same steps on two models (slots 0..5 from position 0: a prefill of 6 sequences, a
+// second chunk of one, decode steps of 6 and of 1) and expects the same bits from both.
+void expect_same_steps(GpuModel& branched, GpuModel& one_stream) {
+  Shared& s = shared();
   auto both = [&](Step& st, const char* what, bool graphs = true) {
     const bool decode = std::all_of(st.seqs.begin(), st.seqs.end(), [](const GpuStepSeq& q) { return q.tokens.size() == 1; });
     std::vector<float> a(size_t(st.n_logits()) * kVocab, std::numeric_limits<float>::quiet_NaN()), b = a;
@@ -556,8 +546,25 @@ TEST(GpuModel, CompressorBranchEqualsOneStream) {
     d.add(1, pos[1] + step, ids.subspan(size_t(2100 + step), 1));
     both(d, step == 3 ? "decode, 1 sequence, graph" : "decode, 1 sequence, eager", step == 3);
   }
-  EXPECT_EQ(branched.allocations_after_load(), 0);
-  EXPECT_EQ(one_stream.allocations_after_load(), 0);
+}
+
+// (4b) The compressor branch (GpuModelOptions::compressor_branch, on in the shared model) changes
+// where the compressor launches run, not what they compute: a model on one stream gives the same
+// bits for prefill chunks and decode steps of 6 sequences (graph of 8), where the branch runs (the
+// projection on cuBLAS), and for decode steps of 1 (graph and eager), where it does not. Two
+// models agree bit for bit only because every kernel is deterministic: this test first found the
+// MoE router's arrival-order grouping (cuda_moe_test MoeForwardGraph.PrefillRowsAreDeterministic).
+TEST(GpuModel, CompressorBranchEqualsOneStream) {
+  DSV4_SKIP_WITHOUT_GPU();
+  DSV4_GET_SHARED(s);
+  GpuModelOptions o = test_options();
+  o.compressor_branch = false;
+  o.graph_batch_sizes = {1, 8};
+  Result<std::unique_ptr<GpuModel>> loaded = GpuModel::load(s.cfg, *s.w, o);
+  DSV4_ASSERT_OK(loaded.status());
+  expect_same_steps(*s.gpu, **loaded);
+  EXPECT_EQ(s.gpu->allocations_after_load(), 0);
+  EXPECT_EQ((*loaded)->allocations_after_load(), 0);
 }
 
 // (5) invalid steps return a Status and change nothing: the sequence that was part of them then

@@ -181,7 +181,6 @@ __device__ __forceinline__ float load_sel(const float* p) {
 template <bool kSmem>
 __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const float* sel_w) {
   __shared__ int s_cnt[kRouterExperts + 1], s_off[kRouterExperts + 1], s_toff[kRouterExperts + 1];
-  __shared__ int s_cur[kRouterExperts + 1];
   const int tid = threadIdx.x, top_k = p.top_k, m = p.m, bm = p.block_m;
   const int n_pairs = m * top_k;
   for (int e = tid; e <= kRouterExperts; e += kThreads) s_cnt[e] = 0;
@@ -229,18 +228,55 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
     const int cnt = s_cnt[e];
 #pragma unroll 1
     for (int j = 0; j * bm < cnt; ++j) p.tiles[s_toff[e] + j] = make_int4(e, s_off[e] + j * bm, min(bm, cnt - j * bm), 0);
-    s_cur[e] = s_off[e];
+  }
+  // Rows inside an expert in pair order (token, then k): a stable counting sort, so the tiles and
+  // each token's place in them are the same every run. Arrival order (an atomic per pair) was not
+  // enough: the tile a row lands in decides the tile's row count, and with it the kernel path (8
+  // rows or fewer: swapped operands) and the rounding of that row's sums, so prefill chunks of a
+  // few hundred rows differed in the last bits between identical runs
+  // (MoeForwardGraph.PrefillRowsAreDeterministic). Warp w ranks the pairs of its contiguous range
+  // [w * per_warp, ...): counts per expert, a prefix over the warps, then a second pass in order.
+  constexpr int kWarps = kThreads / 32;
+  __shared__ int s_wbase[kWarps][kRouterExperts];
+  const int lane = tid & 31, warp = tid >> 5;
+  const int per_warp = (n_pairs + kWarps - 1) / kWarps;
+  const int w_begin = min(n_pairs, warp * per_warp), w_end = min(n_pairs, w_begin + per_warp);
+  for (int e = lane; e < kRouterExperts; e += 32) s_wbase[warp][e] = 0;
+  __syncwarp();
+#pragma unroll 1
+  for (int i0 = w_begin; i0 < w_end; i0 += 32) {
+    const int i = i0 + lane;
+    const int e = i < w_end ? load_sel<kSmem>(sel_ids + i) : -1;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    if (e >= 0 && lane == 31 - __clz(same)) s_wbase[warp][e] += __popc(same);  // the group's last lane
+    __syncwarp();
   }
   __syncthreads();
-  // Order inside an expert is arrival order: rows are independent in the GEMMs, so it does not
-  // change any value.
+  for (int e = tid; e < kRouterExperts; e += kThreads) {
+    int base = s_off[e];
 #pragma unroll 1
-  for (int i = tid; i < n_pairs; i += kThreads) {
-    const int t = i / top_k, e = load_sel<kSmem>(sel_ids + i);
-    const int pos = atomicAdd(&s_cur[e], 1);
-    p.sorted_token[pos] = t;
-    p.sorted_weight[pos] = load_sel<kSmem>(sel_w + i);
-    p.token_pairs[int64_t(t) * (top_k + 1) + (i % top_k)] = pos;
+    for (int w = 0; w < kWarps; ++w) {
+      const int c = s_wbase[w][e];
+      s_wbase[w][e] = base;
+      base += c;
+    }
+  }
+  __syncthreads();
+#pragma unroll 1
+  for (int i0 = w_begin; i0 < w_end; i0 += 32) {
+    const int i = i0 + lane;
+    const int e = i < w_end ? load_sel<kSmem>(sel_ids + i) : -1;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    if (e >= 0) {
+      const int pos = s_wbase[warp][e] + __popc(same & ((1u << lane) - 1));
+      const int t = i / top_k;
+      p.sorted_token[pos] = t;
+      p.sorted_weight[pos] = load_sel<kSmem>(sel_w + i);
+      p.token_pairs[int64_t(t) * (top_k + 1) + (i % top_k)] = pos;
+    }
+    __syncwarp();
+    if (e >= 0 && lane == 31 - __clz(same)) s_wbase[warp][e] += __popc(same);
+    __syncwarp();
   }
 #pragma unroll 1
   for (int t = tid; t < m; t += kThreads) {
