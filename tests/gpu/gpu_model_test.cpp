@@ -17,7 +17,8 @@
 //     vs eager): ||a - b|| / ||b|| <= 2e-2 (launch plans depend on the row count, so the sums'
 //     order does too: nearly, not bit-exact; measured up to 1.1e-2 after 8 decode steps, the same
 //     size as GPU vs CPU, with top-1 always agreeing).
-//   Same step shape (graph replay vs eager, twin sequences): bit-exact.
+//   Same step shape (graph replay vs eager, twin sequences, two models with and without the
+//     compressor branch): bit-exact.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
