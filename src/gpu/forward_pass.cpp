@@ -156,7 +156,7 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   const bool csa = L.spec.attn == AttnType::kCsa, compressed = L.spec.attn != AttnType::kSliding;
   // The compressor branch (SideStream) starts here, beside the query path, where the projection
   // runs on cuBLAS, whose plain launch would otherwise stop the chain of programmatic launches
-  // (H200, 20 layers, batch 32: 13.07-13.09 -> 12.89-12.91 ms per step). Where it runs on the
+  // (H200, 20 layers, batch 32: 13.04-13.05 -> 12.83-12.87 ms per step). Where it runs on the
   // weight-streaming kernel (decode batches of 1..4), which streams its weights during the kernel
   // before it, the fork and join cost more than the branch hides (batch 1: 3.12 -> 3.17 ms), so
   // those stay on one stream (bench/results/forward_h200.md). Profiled steps keep one stream, so
