@@ -364,12 +364,13 @@ json moe_timeline(Ctx& c, int m, int launches, const std::function<void(int, con
   unsigned long long t0 = ~0ull;
   for (int b = 0; b + (m <= 32 ? 1 : 0) < blocks[0]; ++b)
     if (t[size_t(b) * kMoeTracePoints] != 0) t0 = std::min(t0, t[size_t(b) * kMoeTracePoints]);
-  // Decode batches: the router's last slot is its last block's tail (flag known, fenced, experts
-  // selected, pairs grouped), printed on its own.
+  // Decode batches: the router's last slot is its last block's tail (flag known, acquired, experts
+  // selected, pairs grouped), printed on its own. The arrival itself acquires (common/arrival.cuh),
+  // so the second point follows the first at once; it stood after a fence of its own before.
   const int tail = m <= 32 ? 1 : 0;
   if (tail != 0) {
     const unsigned long long* ts = t.data() + size_t(blocks[0] - 1) * kMoeTracePoints;
-    std::printf("moe        M=%-5d timeline router tail: flag %.2f, fenced %.2f, selected %.2f, grouped %.2f us\n", m,
+    std::printf("moe        M=%-5d timeline router tail: flag %.2f, acquired %.2f, selected %.2f, grouped %.2f us\n", m,
                 (double(ts[0]) - double(t0)) * 1e-3, (double(ts[1]) - double(t0)) * 1e-3,
                 (double(ts[2]) - double(t0)) * 1e-3, (double(ts[3]) - double(t0)) * 1e-3);
     out["router_tail"] = {(double(ts[0]) - double(t0)) * 1e-3, (double(ts[1]) - double(t0)) * 1e-3,

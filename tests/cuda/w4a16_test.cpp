@@ -373,6 +373,62 @@ TEST(W4A16Decode, ForcedLaunchesMatchExactReference) {
   }
 }
 
+// The split-K sum's handoff (one acq_rel arrival per block, common/arrival.cuh) over grids of many
+// waves (splits 32 with 64-column tiles: 2048 blocks for wo_b), launched back to back without a
+// host sync in between: every launch must give the first one's bits. A last block that read a
+// partial before its release, or a counter left non-zero for the next launch, would show as a
+// differing or poisoned output.
+TEST(W4A16Decode, SplitKRepeatsOverManyWaves) {
+  DSV4_SKIP_WITHOUT_GPU();
+  using namespace w4a16_detail;
+  auto dev = current_device_info();
+  DSV4_ASSERT_OK(dev.status());
+  const ShapeSpec sh = flash_shapes()[3];  // wo_b: K = 8192, 64 groups
+  for (int m : {1, 16}) {
+    const std::vector<float> x = random_bf16_values(int64_t(m) * sh.k, 9100 + uint64_t(m), 1.0f);
+    DeviceBuffer dx = upload_vector(to_bf16(x));
+    std::vector<int> rows(static_cast<size_t>(m));
+    for (int r = 0; r < m; ++r) rows[size_t(r)] = r;
+    std::vector<double> ref, absdot;
+    ref_gemm_rows(x, sh.k, rows, shape_data(sh).w_kn, sh.n, ref, absdot);
+    std::vector<double> tol(ref.size());
+    for (size_t j = 0; j < ref.size(); ++j) tol[j] = std::ldexp(std::fabs(ref[j]), -8) + std::ldexp(absdot[j], -15);
+    for (const GemmConfig cfg : {GemmConfig::kD16N64, GemmConfig::kD16N256}) {
+      auto ci = gemm_config_info(cfg);
+      DSV4_ASSERT_OK(ci.status());
+      for (int splits : {2, 7, 32}) {
+        GemmLaunch l;
+        l.cfg = cfg;
+        l.splits = splits;
+        l.stages = 2;
+        if (!complete_launch(&l, *ci, 1, m, sh.n, sh.k, **dev)) continue;
+        l.pdl = pdl_supported(**dev);
+        constexpr int kReps = 24;
+        std::vector<DeviceBuffer> ys;
+        for (int r = 0; r < kReps; ++r) {
+          ys.push_back(device_alloc(size_t(m) * sh.n * 2));
+          poison(ys.back());
+        }
+        for (int r = 0; r < kReps; ++r)
+          DSV4_ASSERT_OK(launch_dense(make_gemm_args(sh, dx, ys[size_t(r)], m, sh.n), l, workspace(), nullptr));
+        DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+        const std::vector<uint16_t> y0 = download<uint16_t>(ys[0].get(), size_t(m) * sh.n);
+        std::vector<float> gpu(y0.size());
+        for (size_t j = 0; j < y0.size(); ++j) gpu[j] = bf16_to_f32(y0[j]);
+        const CompareResult cr = compare(gpu.data(), ref.data(), tol.data(), int64_t(gpu.size()));
+        EXPECT_TRUE(cr.ok(1e-5)) << "M=" << m << " " << w4a16_config_name(int(cfg)) << " splits " << splits << ": "
+                                 << cr.summary();
+        for (int r = 1; r < kReps; ++r)
+          EXPECT_EQ(download<uint16_t>(ys[size_t(r)].get(), size_t(m) * sh.n), y0)
+              << "M=" << m << " " << w4a16_config_name(int(cfg)) << " splits " << splits << ": launch " << r
+              << " differs from the first";
+        std::printf("[ splitk] wo_b M=%-2d %-8s splits=%-2d blocks=%u x %d launches: max|d|/tol=%.3f\n", m,
+                    w4a16_config_name(int(cfg)), splits, l.grid.x * l.grid.y * l.grid.z, kReps, cr.max_ratio);
+      }
+    }
+  }
+}
+
 // w4a16_gemm_deferred: where the decode launch splits K through global memory (wo_b), the
 // partials it leaves, added in split order (deferred_sum.h), round to w4a16_gemm's bits and y stays
 // untouched; where it does not (wq_b unsplit; the fused wq_a|wkv through an SM90 cluster; 33+

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "cuda/common/arch.h"
+#include "cuda/common/arrival.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/trace.cuh"
@@ -404,18 +405,10 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     }
 
   trace_stamp(p.trace, 2);
-  __threadfence();
-  __syncthreads();
   if constexpr (TM == 1) {
     // Decode: one arrival counter over the whole grid; the last block selects experts for every
     // token (a warp per token) and groups the pairs: one serialized round trip instead of two.
-    if (tid == 0) {
-      const int old = atomicAdd(p.done_counter, 1);
-      s_flag = old == int(gridDim.x * gridDim.y) - 1;
-      if (s_flag) atomicExch(p.done_counter, 0);
-    }
-    __syncthreads();
-    if (!s_flag) {
+    if (!arrive_last(p.done_counter, int(gridDim.x * gridDim.y), &s_flag)) {
       trace_stamp(p.trace, 3);
       return;
     }
@@ -425,7 +418,6 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     trace_stamp(p.trace, 0, tail);
     __shared__ int s_ids[kDecodeMaxTokens * 8];
     __shared__ float s_w[kDecodeMaxTokens * 8];
-    __threadfence();
     trace_stamp(p.trace, 1, tail);
     // The scores go where x and the router rows were (every thread passed the barrier above).
     float* scores = reinterpret_cast<float*>(smem);  // [m][512]
@@ -442,29 +434,13 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
     trace_stamp(p.trace, 3);
   } else {
     // Prefill: the last expert slice of this token tile selects experts for its tokens.
-    if (tid == 0) {
-      const int old = atomicAdd(&p.tile_counters[blockIdx.x], 1);
-      s_flag = old == int(gridDim.y) - 1;
-      if (s_flag) atomicExch(&p.tile_counters[blockIdx.x], 0);
-    }
-    __syncthreads();
-    if (!s_flag) return;
-    __threadfence();
+    if (!arrive_last(&p.tile_counters[blockIdx.x], int(gridDim.y), &s_flag)) return;
     float* scores = reinterpret_cast<float*>(smem);  // [n_tok][512], where x was
     expert_scores(p, tok0, n_tok, bias_e, scores);
     if (warp < n_tok) select_experts(p, tok0 + warp, lane, scores + warp * 512);
 
     // The last token tile groups every pair.
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      const int old = atomicAdd(p.done_counter, 1);
-      s_flag = old == int(gridDim.x) - 1;
-      if (s_flag) atomicExch(p.done_counter, 0);
-    }
-    __syncthreads();
-    if (!s_flag) return;
-    __threadfence();
+    if (!arrive_last(p.done_counter, int(gridDim.x), &s_flag)) return;
     group_pairs<false>(p, p.topk_ids, p.topk_w);
   }
 }

@@ -53,6 +53,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/arch.h"
+#include "cuda/common/arrival.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/trace.cuh"
@@ -587,19 +588,10 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
       trace_stamp(p.trace, 3);
       return;
     }
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      const int old = atomicAdd(&p.counters[tile_id], 1);
-      s_last = (old == p.splits - 1);
-      if (s_last) atomicExch(&p.counters[tile_id], 0);  // every split has arrived: reset for reuse
-    }
-    __syncthreads();
-    if (!s_last) {
+    if (!arrive_last(&p.counters[tile_id], p.splits, &s_last)) {
       trace_stamp(p.trace, 3);
       return;
     }
-    __threadfence();
     float* tile = reinterpret_cast<float*>(smem);
     constexpr int kC4 = T::kBN / 4;
     constexpr int64_t kStride = T::kBM * T::kBN / 4;

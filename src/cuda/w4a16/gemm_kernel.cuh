@@ -19,6 +19,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "cuda/common/arrival.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/w4a16/gemm_internal.h"
@@ -348,16 +349,7 @@ __global__ void __launch_bounds__(32 * WM * WN * WK)
           }
         }
     }
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      const int old = atomicAdd(&p.counters[tile_id], 1);
-      s_last = (old == p.splits - 1);
-      if (s_last) atomicExch(&p.counters[tile_id], 0);  // every split has arrived: reset for reuse
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
+    if (!arrive_last(&p.counters[tile_id], p.splits, &s_last)) return;
     if constexpr (T::kSplitKFits) {
       // All threads add the partials (loads of 4 splits in flight at a time, always summed in
       // split order), into an fp32 tile in smem; the fragment owners pick their values up.

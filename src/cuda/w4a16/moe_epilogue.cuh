@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "cuda/common/arrival.cuh"
 #include "cuda/w4a16/gemm_internal.h"
 #include "cuda/w4a16/ptx.cuh"
 
@@ -35,17 +36,16 @@ inline constexpr int kMaxPairsPerToken = 9;  // top_k <= 8 routed experts + the 
 template <int kCols, int kThreads, bool kBatched = true>
 __device__ __forceinline__ void moe_combine(const GemmKernelArgs& p, int row_begin, int rows, int* s_row_token) {
   const int tid = threadIdx.x;
-  __threadfence();
+  // One acq_rel arrival per row after the block barrier (common/arrival.cuh): the barrier orders
+  // every thread's rows before the adding thread's release.
   __syncthreads();
   if (tid < rows) {
     const int token = __ldcg(p.sorted_token + row_begin + tid);
     int* cnt = p.combine_counters + int64_t(token) * gridDim.x + blockIdx.x;
-    const int old = atomicAdd(cnt, 1);
-    const bool last = old == p.pairs_per_token - 1;
+    const bool last = atomic_add_acq_rel_gpu(cnt, 1) == p.pairs_per_token - 1;
     if (last) atomicExch(cnt, 0);
     s_row_token[tid] = last ? token : -1;
   }
-  __threadfence();
   __syncthreads();
   constexpr int kChunks = kCols / 8;
   for (int idx = tid; idx < rows * kChunks; idx += kThreads) {
