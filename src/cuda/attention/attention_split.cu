@@ -55,7 +55,9 @@ __device__ __forceinline__ const uint8_t* key_record(const SplitKernelArgs& a, c
   }
   const int i = j - r.n_win;
   const int e = a.selected != nullptr ? sel_s[i] : i;
-  return a.entries + paged_record_offset(r.bt, e, a.ratio, kEntryBytes);
+  // paged_record_offset in 32 bits (entry indices stay far below 2^31): no 64-bit division.
+  const int per_block = kKvBlockTokens / a.ratio;
+  return a.entries + (int64_t(r.bt[e / per_block]) * per_block + e % per_block) * kEntryBytes;
 }
 
 // Compacts the row's selected entries (dropping -1 and anything not visible, keeping the order)
@@ -168,16 +170,25 @@ __global__ void __launch_bounds__(kThreads, HG == 1 ? 2 : 1) attention_split_ker
   }
 
   // Tile decode: thread tid owns chunk column dc of keys kt0, kt0 + 4, ...; the raw bytes of the
-  // next tile are loaded into registers while the current one is in the tensor cores.
+  // next tile are loaded into registers while the current one is in the tensor cores. A warp's
+  // lanes share kt0 and so the tile's kLoads keys: lane l finds the record of key l (its block
+  // table load and division) and the warp takes the addresses from it by shuffle. Every thread
+  // computing all of them itself made the address code most of the loop's instructions.
   const int dc = tid % kChunks, kt0 = tid / kChunks;
+  static_assert(kChunks % 32 == 0 && kLoads <= 32, "a warp's lanes share their keys");
   uint4 raw[kLoads];
   auto load_tile = [&](int tile) {
+    const uint8_t* mine = nullptr;  // lane l < kLoads: the record of key l, null past the row
+    if (lane < kLoads) {
+      const int j = tile * NK + kt0 + lane * (kThreads / kChunks);
+      if (j < r.n_keys) mine = key_record(a, r, sel_s, j);
+    }
 #pragma unroll
     for (int l = 0; l < kLoads; ++l) {
-      const int j = tile * NK + kt0 + l * (kThreads / kChunks);
+      const uint8_t* rec = reinterpret_cast<const uint8_t*>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine), l));
       uint4 v = make_uint4(0, 0, 0, 0);  // keys past the row: zero (P = 0 must not meet NaN)
-      if (j < r.n_keys) {
-        const uint8_t* rec = key_record(a, r, sel_s, j);
+      if (rec != nullptr) {
         if (dc < kNopeChunks) {
           const uint2 w = __ldcg(reinterpret_cast<const uint2*>(rec) + dc);
           v.x = w.x;
@@ -295,12 +306,16 @@ __global__ void __launch_bounds__(kThreads, HG == 1 ? 2 : 1) attention_split_ker
       pa[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(e[0], e[1]);
       pa[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(e[2], e[3]);
     }
+    // Once a row's running max settles, alpha is exactly 1: skip the 4 kDimTiles multiplies
+    // then (the same bits), unless a row of the warp moved.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-    for (int n = 0; n < kDimTiles; ++n) {
-      o_acc[n][0] *= alpha[0];
-      o_acc[n][1] *= alpha[0];
-      o_acc[n][2] *= alpha[1];
-      o_acc[n][3] *= alpha[1];
+      for (int n = 0; n < kDimTiles; ++n) {
+        o_acc[n][0] *= alpha[0];
+        o_acc[n][1] *= alpha[0];
+        o_acc[n][2] *= alpha[1];
+        o_acc[n][3] *= alpha[1];
+      }
     }
 
     // ---- O (this warp's 16 heads x 512 / DS dims) += P V, V = the key tile ----
