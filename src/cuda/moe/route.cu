@@ -244,14 +244,22 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
   const int w_begin = min(n_pairs, warp * per_warp), w_end = min(n_pairs, w_begin + per_warp);
   for (int e = lane; e < kRouterExperts; e += 32) s_wbase[warp][e] = 0;
   __syncwarp();
+  // The warp's pairs in order, 32 at a time: f(i, e, same) in every lane (e = -1 past the range,
+  // same: the lanes holding the same expert), then the last lane of each such group moves that
+  // expert's count on by the group's size.
+  auto walk = [&](auto&& f) {
 #pragma unroll 1
-  for (int i0 = w_begin; i0 < w_end; i0 += 32) {
-    const int i = i0 + lane;
-    const int e = i < w_end ? load_sel<kSmem>(sel_ids + i) : -1;
-    const unsigned same = __match_any_sync(0xffffffffu, e);
-    if (e >= 0 && lane == 31 - __clz(same)) s_wbase[warp][e] += __popc(same);  // the group's last lane
-    __syncwarp();
-  }
+    for (int i0 = w_begin; i0 < w_end; i0 += 32) {
+      const int i = i0 + lane;
+      const int e = i < w_end ? load_sel<kSmem>(sel_ids + i) : -1;
+      const unsigned same = __match_any_sync(0xffffffffu, e);
+      f(i, e, same);
+      __syncwarp();
+      if (e >= 0 && lane == 31 - __clz(same)) s_wbase[warp][e] += __popc(same);
+      __syncwarp();
+    }
+  };
+  walk([](int, int, unsigned) {});  // counts per expert of the warp's range
   __syncthreads();
   for (int e = tid; e < kRouterExperts; e += kThreads) {
     int base = s_off[e];
@@ -263,22 +271,14 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
     }
   }
   __syncthreads();
-#pragma unroll 1
-  for (int i0 = w_begin; i0 < w_end; i0 += 32) {
-    const int i = i0 + lane;
-    const int e = i < w_end ? load_sel<kSmem>(sel_ids + i) : -1;
-    const unsigned same = __match_any_sync(0xffffffffu, e);
-    if (e >= 0) {
-      const int pos = s_wbase[warp][e] + __popc(same & ((1u << lane) - 1));
-      const int t = i / top_k;
-      p.sorted_token[pos] = t;
-      p.sorted_weight[pos] = load_sel<kSmem>(sel_w + i);
-      p.token_pairs[int64_t(t) * (top_k + 1) + (i % top_k)] = pos;
-    }
-    __syncwarp();
-    if (e >= 0 && lane == 31 - __clz(same)) s_wbase[warp][e] += __popc(same);
-    __syncwarp();
-  }
+  walk([&](int i, int e, unsigned same) {  // positions: the warp's base plus the lanes before
+    if (e < 0) return;
+    const int pos = s_wbase[warp][e] + __popc(same & ((1u << lane) - 1));
+    const int t = i / top_k;
+    p.sorted_token[pos] = t;
+    p.sorted_weight[pos] = load_sel<kSmem>(sel_w + i);
+    p.token_pairs[int64_t(t) * (top_k + 1) + (i % top_k)] = pos;
+  });
 #pragma unroll 1
   for (int t = tid; t < m; t += kThreads) {
     const int pos = s_off[kShared] + t;
