@@ -69,16 +69,7 @@ void ChoiceParser::feed(std::string_view text, tok::OutputDelta* delta) {
   all_.append(text);
   tok::OutputDelta d;
   const Status st = parser_.feed(text, &d);
-  size_t emitted = 0, consumed = 0;
-  account(before, before_size, text.size(), d, &emitted, &consumed);
-  n_tool_calls_ += int(d.tool_calls.size());
-  delta->reasoning += d.reasoning;
-  delta->content += d.content;
-  for (auto& c : d.tool_calls) delta->tool_calls.push_back(std::move(c));
-  if (!st.is_ok()) {
-    if (problem_.empty()) problem_ = st.message();
-    recover(before, before_size, held_before, emitted, consumed, delta);
-  }
+  take(before, before_size, held_before, text.size(), d, st, delta);
 }
 
 void ChoiceParser::finish(tok::OutputDelta* delta) {
@@ -88,8 +79,13 @@ void ChoiceParser::finish(tok::OutputDelta* delta) {
   const size_t held_before = held_;
   tok::OutputDelta d;
   const Status st = parser_.finish(&d);
+  take(before, before_size, held_before, 0, d, st, delta);
+}
+
+void ChoiceParser::take(tok::OutputState before, size_t before_size, size_t held_before, size_t text_size,
+                        tok::OutputDelta& d, const Status& st, tok::OutputDelta* delta) {
   size_t emitted = 0, consumed = 0;
-  account(before, before_size, 0, d, &emitted, &consumed);
+  account(before, before_size, text_size, d, &emitted, &consumed);
   n_tool_calls_ += int(d.tool_calls.size());
   delta->reasoning += d.reasoning;
   delta->content += d.content;

@@ -30,6 +30,10 @@ class ChoiceParser {
                tok::OutputDelta* delta);
   void account(tok::OutputState before, size_t before_size, size_t text_size, const tok::OutputDelta& d,
                size_t* emitted, size_t* consumed);
+  // Merges the parser's output d of one feed (text_size bytes) or finish (0) into delta; on the
+  // parser's error st, keeps the first problem and recovers what the parser held.
+  void take(tok::OutputState before, size_t before_size, size_t held_before, size_t text_size, tok::OutputDelta& d,
+            const Status& st, tok::OutputDelta* delta);
 
   tok::OutputParser parser_;
   tok::ThinkingMode mode_;

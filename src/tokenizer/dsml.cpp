@@ -99,6 +99,18 @@ Status DsmlBlockParser::step(std::vector<ParsedToolCall>* calls, bool* progresse
     search_from_ = 0;
     *progressed = true;
   };
+  // After an invoke's header or one of its parameters, the tag found at `pos`: stop 0 opens a
+  // parameter, stop 1 closes the invoke.
+  auto param_or_close = [&](int stop) -> Status {
+    consume(pos + (stop == 0 ? kParamOpen : kInvokeClose).size());
+    if (stop == 0) {
+      state_ = State::kParam;
+      return Status::ok();
+    }
+    DSV4_RETURN_IF_ERROR(finish_invoke(calls));
+    state_ = State::kSeparator;
+    return Status::ok();
+  };
   switch (state_) {
     case State::kSeparator: {
       const int stop = find_stop({kInvokeOpen, kBlockClose}, &pos);
@@ -132,14 +144,7 @@ Status DsmlBlockParser::step(std::vector<ParsedToolCall>* calls, bool* progresse
       if (name_.empty() || name_.find_first_of("\"\n") != std::string::npos) {
         return invalid_argument("malformed DSML invoke header: bad tool name in {}", quote(unit));
       }
-      consume(pos + (stop == 0 ? kParamOpen : kInvokeClose).size());
-      if (stop == 0) {
-        state_ = State::kParam;
-      } else {
-        DSV4_RETURN_IF_ERROR(finish_invoke(calls));
-        state_ = State::kSeparator;
-      }
-      return Status::ok();
+      return param_or_close(stop);
     }
     case State::kParam: {
       const int stop = find_stop({kParamClose}, &pos);
@@ -194,14 +199,7 @@ Status DsmlBlockParser::step(std::vector<ParsedToolCall>* calls, bool* progresse
         return invalid_argument("malformed DSML invoke '{}': expected \">\\n\" after a parameter, found {}", name_,
                                 quote(unit));
       }
-      consume(pos + (stop == 0 ? kParamOpen : kInvokeClose).size());
-      if (stop == 0) {
-        state_ = State::kParam;
-      } else {
-        DSV4_RETURN_IF_ERROR(finish_invoke(calls));
-        state_ = State::kSeparator;
-      }
-      return Status::ok();
+      return param_or_close(stop);
     }
     case State::kClosed: return Status::ok();
   }
