@@ -42,13 +42,7 @@ bool use_decode_kernel(bool enabled, bool streaming_only, const cuda::DenseDecod
 }
 
 cuda::DenseDecodeShape f32_out_shape(int m, int n, int k, int64_t ldx, int64_t ldy) {
-  cuda::DenseDecodeShape ds;
-  ds.m = m;
-  ds.n = n;
-  ds.k = k;
-  ds.ldx = ldx;
-  ds.ldy = ldy;
-  return ds;
+  return {.m = m, .n = n, .k = k, .groups = 1, .ldx = ldx, .ldy = ldy};
 }
 
 }  // namespace
