@@ -5,6 +5,7 @@
 // equal router rows give equal logits and ties resolve to the lowest expert index.
 #include <cmath>
 #include <mutex>
+#include <type_traits>
 
 #include "cuda/common/arch.h"
 #include "cuda/common/arrival.cuh"
@@ -186,8 +187,23 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
   const int n_pairs = m * top_k;
   for (int e = tid; e <= kRouterExperts; e += kThreads) s_cnt[e] = 0;
   __syncthreads();
+  // The selections of a prefill batch come from L2 (other blocks made them): kBatch loads are in
+  // flight before the first is used, here and in walk() below, so the single block that groups
+  // pays one round trip per kBatch pairs a thread instead of one per pair. (Decode batches read
+  // them from shared memory.)
+  constexpr int kBatch = kSmem ? 1 : 8;
 #pragma unroll 1
-  for (int i = tid; i < n_pairs; i += kThreads) atomicAdd(&s_cnt[load_sel<kSmem>(sel_ids + i)], 1);
+  for (int i0 = tid; i0 < n_pairs; i0 += kBatch * kThreads) {
+    int e[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * kThreads;
+      e[b] = i < n_pairs ? load_sel<kSmem>(sel_ids + i) : -1;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (e[b] >= 0) atomicAdd(&s_cnt[e[b]], 1);
+  }
   __syncthreads();
   {
     // Exclusive scan of (pairs, tiles) over the 256 routed experts, one expert per thread;
@@ -244,22 +260,34 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
   const int w_begin = min(n_pairs, warp * per_warp), w_end = min(n_pairs, w_begin + per_warp);
   for (int e = lane; e < kRouterExperts; e += 32) s_wbase[warp][e] = 0;
   __syncwarp();
-  // The warp's pairs in order, 32 at a time: f(i, e, same) in every lane (e = -1 past the range,
-  // same: the lanes holding the same expert), then the last lane of each such group moves that
-  // expert's count on by the group's size.
-  auto walk = [&](auto&& f) {
+  // The warp's pairs in order, 32 at a time: f(i, e, w, same) in every lane (e = -1 past the
+  // range, w its routing weight when kWeights, same: the lanes holding the same expert), then the
+  // last lane of each such group moves that expert's count on by the group's size. The ids (and
+  // weights) of kBatch rounds are loaded before the first round runs.
+  auto walk = [&](auto&& f, auto weights) {
+    constexpr bool kWeights = decltype(weights)::value;
 #pragma unroll 1
-    for (int i0 = w_begin; i0 < w_end; i0 += 32) {
-      const int i = i0 + lane;
-      const int e = i < w_end ? load_sel<kSmem>(sel_ids + i) : -1;
-      const unsigned same = __match_any_sync(0xffffffffu, e);
-      f(i, e, same);
-      __syncwarp();
-      if (e >= 0 && lane == 31 - __clz(same)) s_wbase[warp][e] += __popc(same);
-      __syncwarp();
+    for (int i0 = w_begin; i0 < w_end; i0 += 32 * kBatch) {
+      int eb[kBatch];
+      float wb[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = i0 + 32 * b + lane;
+        eb[b] = i < w_end ? load_sel<kSmem>(sel_ids + i) : -1;
+        wb[b] = kWeights && i < w_end ? load_sel<kSmem>(sel_w + i) : 0.0f;
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = i0 + 32 * b + lane, e = eb[b];
+        const unsigned same = __match_any_sync(0xffffffffu, e);
+        f(i, e, wb[b], same);
+        __syncwarp();
+        if (e >= 0 && lane == 31 - __clz(same)) s_wbase[warp][e] += __popc(same);
+        __syncwarp();
+      }
     }
   };
-  walk([](int, int, unsigned) {});  // counts per expert of the warp's range
+  walk([](int, int, float, unsigned) {}, std::false_type{});  // counts per expert of the warp's range
   __syncthreads();
   for (int e = tid; e < kRouterExperts; e += kThreads) {
     int base = s_off[e];
@@ -271,14 +299,16 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
     }
   }
   __syncthreads();
-  walk([&](int i, int e, unsigned same) {  // positions: the warp's base plus the lanes before
-    if (e < 0) return;
-    const int pos = s_wbase[warp][e] + __popc(same & ((1u << lane) - 1));
-    const int t = i / top_k;
-    p.sorted_token[pos] = t;
-    p.sorted_weight[pos] = load_sel<kSmem>(sel_w + i);
-    p.token_pairs[int64_t(t) * (top_k + 1) + (i % top_k)] = pos;
-  });
+  walk(
+      [&](int i, int e, float w, unsigned same) {  // positions: the warp's base plus the lanes before
+        if (e < 0) return;
+        const int pos = s_wbase[warp][e] + __popc(same & ((1u << lane) - 1));
+        const int t = i / top_k;
+        p.sorted_token[pos] = t;
+        p.sorted_weight[pos] = w;
+        p.token_pairs[int64_t(t) * (top_k + 1) + (i % top_k)] = pos;
+      },
+      std::true_type{});
 #pragma unroll 1
   for (int t = tid; t < m; t += kThreads) {
     const int pos = s_off[kShared] + t;
