@@ -24,15 +24,23 @@ Result<std::string> parse_content(const nlohmann::ordered_json& content, Role ro
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) return invalid_argument("content must be a string, null or an array of parts");
   std::string out;
-  bool first = true;
-  for (const auto& part : content) {
-    if (!first) out += "\n\n";
-    first = false;
-    const std::string type = part.is_object() ? part.value("type", "") : "";
-    if (type == "text" && part.contains("text") && part["text"].is_string()) {
+  for (size_t i = 0; i < content.size(); ++i) {
+    const auto& part = content[i];
+    if (i > 0) out += "\n\n";
+    // Read "type" by hand: value("type", "") throws on a non-string (a 500 for a client's mistake).
+    std::string type;
+    if (part.is_object() && part.contains("type") && !part["type"].is_null()) {
+      if (!part["type"].is_string())
+        return invalid_argument("content part {}: \"type\" must be a string, found {}", i, part["type"].type_name());
+      type = part["type"].get<std::string>();
+    }
+    const bool text_ok = type == "text" && part.contains("text") && part["text"].is_string();
+    if (text_ok) {
       out += part["text"].get<std::string>();
     } else if (role == Role::kTool) {
       out += fmt::format("[Unsupported {}]", type);  // what the reference encoder writes
+    } else if (type == "text") {
+      return invalid_argument("content part {} of type 'text' needs a string \"text\"", i);
     } else {
       return invalid_argument("content part of type '{}' is not supported (only text)", type);
     }

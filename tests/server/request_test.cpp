@@ -100,6 +100,10 @@ TEST(ChatRequest, RefusesBadInputWithTheField) {
            "chat_template_kwargs": {"thinking": false}})", 400, "thinking", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})", 400,
        "response_format", ""},
+      // A content part whose "type" is not a string (was a 500 from nlohmann's value()).
+      {R"({"messages": [{"role": "user", "content": [{"type": 5, "text": "x"}]}]})", 400, "messages", ""},
+      {R"({"messages": [{"role": "tool", "content": [{"type": ["text"]}]}]})", 400, "messages", ""},
+      {R"({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]})", 400, "messages", ""},
   };
   for (const Case& c : cases) {
     const ApiError e = chat(c.body);
