@@ -72,6 +72,11 @@ ApiError parse_common(const Json& j, const RequestContext& ctx, bool chat, Commo
   f.str_list("stop", &c->stop.stop, size_t(ctx.limits.max_stop_strings));
   for (const std::string& s : c->stop.stop) {
     if (s.empty()) return bad_request("'stop' strings must not be empty", "stop");
+    // The engine refuses these too, but its error cannot name the field.
+    if (int64_t(s.size()) > ctx.limits.max_stop_string_bytes)
+      return bad_request(fmt::format("'stop' strings must be at most {} bytes long, found one of {} bytes",
+                                     ctx.limits.max_stop_string_bytes, s.size()),
+                         "stop");
   }
   f.int_list("stop_token_ids", &c->stop.stop_token_ids, 0, ctx.limits.vocab_size - 1, 64);
   f.boolean("ignore_eos", &c->stop.ignore_eos);

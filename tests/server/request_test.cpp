@@ -61,7 +61,7 @@ TEST(ChatRequest, ParsesSamplingAndLimits) {
 TEST(ChatRequest, RefusesBadInputWithTheField) {
   DSV4_REQUIRE_TOKENIZER();
   struct Case {
-    const char* body;
+    std::string body;
     int status;
     const char* param;
     const char* code;
@@ -82,6 +82,8 @@ TEST(ChatRequest, RefusesBadInputWithTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", 400, "n", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": [1]})", 400, "stop", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", 400, "stop", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop": ")" + std::string(1025, 'x') + R"("})", 400,
+       "stop", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})", 400, "top_logprobs", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})", 400,
        "top_logprobs", ""},
