@@ -362,18 +362,24 @@ ApiError parse_completion_request(const Json& j, const RequestContext& ctx, Comp
     auto toks = ctx.tokenizer.encode(p->get_ref<const std::string&>(), /*parse_special=*/true);
     if (!toks.is_ok()) return bad_request(toks.status().message(), "prompt");
     ids = std::move(toks).value();
-  } else if (p->is_array() && std::all_of(p->begin(), p->end(), [](const Json& e) { return e.is_number_integer(); })) {
-    for (const Json& e : *p) {
-      const int64_t t = e.get<int64_t>();
-      if (t < 0 || t >= ctx.limits.vocab_size)
-        return bad_request(fmt::format("prompt token {} is outside the vocabulary [0, {})", t, ctx.limits.vocab_size),
-                           "prompt");
-      ids.push_back(int32_t(t));
-    }
-  } else if (p->is_array()) {
+  } else if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array())) {
     return bad_request("batched prompts are not supported yet: send one prompt (a string or an array of token ids) "
                        "per request",
                        "prompt");
+  } else if (p->is_array()) {
+    // Token ids. The bad element is named as sent: a float, a string, or an unsigned value that
+    // would wrap to a negative int64.
+    for (size_t i = 0; i < p->size(); ++i) {
+      const Json& e = (*p)[i];
+      const bool in_vocab = (e.is_number_unsigned() && e.get<uint64_t>() < uint64_t(ctx.limits.vocab_size)) ||
+                            (e.is_number_integer() && !e.is_number_unsigned() && e.get<int64_t>() >= 0 &&
+                             e.get<int64_t>() < ctx.limits.vocab_size);
+      if (!in_vocab)
+        return bad_request(fmt::format("prompt[{}] must be a token id, an integer in [0, {}), found {}", i,
+                                       ctx.limits.vocab_size, dump_json(e)),
+                           "prompt");
+      ids.push_back(int32_t(e.get<int64_t>()));
+    }
   } else {
     return bad_request(fmt::format("'prompt' must be a string or an array of token ids, found {}", json_kind(*p)),
                        "prompt");

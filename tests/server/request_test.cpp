@@ -202,6 +202,16 @@ TEST(CompletionRequest, PromptForms) {
   EXPECT_EQ(r.common.prompt, (std::vector<int32_t>{5, 6, 7}));
   EXPECT_EQ(parse_completion_request(Json::parse(R"({"prompt": ["a", "b"]})"), c.ctx(), &r).param, "prompt");
   EXPECT_EQ(parse_completion_request(Json::parse(R"({"prompt": [-1]})"), c.ctx(), &r).param, "prompt");
+  // A bad token id is named with its index and value, not called a batch or wrapped to -1.
+  for (const char* body : {R"({"prompt": [1, 2.5]})", R"({"prompt": [1, "a"]})", R"({"prompt": [[1, null]]})",
+                           R"({"prompt": [1, 18446744073709551615]})", R"({"prompt": [1, 129280]})"}) {
+    const ApiError e = parse_completion_request(Json::parse(body), c.ctx(), &r);
+    EXPECT_EQ(e.param, "prompt") << body;
+    EXPECT_NE(e.message.find("prompt[1] must be a token id"), std::string::npos) << body << " -> " << e.message;
+  }
+  EXPECT_NE(parse_completion_request(Json::parse(R"({"prompt": [1, 18446744073709551615]})"), c.ctx(), &r)
+                .message.find("found 18446744073709551615"),
+            std::string::npos);
   EXPECT_EQ(parse_completion_request(Json::parse(R"({"prompt": ""})"), c.ctx(), &r).param, "prompt");
   EXPECT_EQ(parse_completion_request(Json::parse(R"({"prompt": "x", "echo": true})"), c.ctx(), &r).param, "echo");
   EXPECT_EQ(parse_completion_request(Json::parse(R"({})"), c.ctx(), &r).param, "prompt");
