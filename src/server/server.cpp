@@ -1,9 +1,10 @@
 // server.cpp: HttpServer (server.h): routing, authentication, readiness, error answers, and the
 // response loop that moves TokenEvents to the client. Generation responses (stream or not) go out
 // through a chunked content provider, because only inside it can cpp-httplib 0.11 tell that the
-// client went away (DataSink::is_writable): the loop polls it every 50 ms while it waits for the
-// engine, and a closed connection aborts the request, which frees its KV blocks before the next
-// engine step. Streams also get ": keep-alive" comments while nothing else is sent (long prefill).
+// client went away (DataSink::is_writable, which also peeks at the socket): the provider asks on
+// every call and every 50 ms while it waits for the engine, and a closed connection aborts the
+// request, which frees its KV blocks before the next engine step. Streams also get ": keep-alive"
+// comments while nothing else is sent (long prefill).
 #include "server/server.h"
 
 #include <fmt/format.h>
@@ -191,6 +192,12 @@ void HttpServer::Impl::respond_events(httplib::Response& res, RequestStream stre
     ++counters.client_disconnects;
   };
   auto provider = [p, stream_mode, keepalive, client_gone](size_t, httplib::DataSink& sink) -> bool {
+    // Asked on every call, not only when the wait below times out: while tokens keep coming it
+    // never does, and a non-streaming answer writes nothing that could fail until the end.
+    if (!sink.is_writable()) {
+      client_gone();
+      return false;
+    }
     std::vector<TokenEvent> events;
     while (!p->stream.wait(&events, kPollInterval)) {
       if (!sink.is_writable()) {

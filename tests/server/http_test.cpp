@@ -1,7 +1,8 @@
 // http_test.cpp: the HTTP server on a loopback port, driven by cpp-httplib's client, with the
 // scripted runner behind the real engine: routes, error objects for every kind of bad request
 // (and the server stays healthy), SSE framing, the API key, and a client that hangs up
-// mid-stream (its request is aborted and its blocks freed).
+// mid-stream or while waiting for a non-streaming answer (its request is aborted and its blocks
+// freed).
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -200,6 +201,23 @@ TEST_F(HttpTest, ClientHangingUpMidStreamAbortsTheRequest) {
   for (int i = 0; i < 200 && engine_->metrics().finished_abort == aborts_before; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(engine_->metrics().finished_abort, aborts_before + 1);
   EXPECT_LT(engine_->metrics().generation_tokens_total, 1000u);
+  expect_idle();
+}
+
+// A non-streaming client that gives up while tokens are being generated: nothing is written
+// until the end and the engine's events keep coming, so only asking the socket on every event
+// notices; the request must not run on for 1500 tokens.
+TEST_F(HttpTest, ClientHangingUpOnANonStreamingRequestAbortsIt) {
+  const uint64_t aborts_before = engine_->metrics().finished_abort;
+  const uint64_t tokens_before = engine_->metrics().generation_tokens_total;
+  httplib::Client c = client();
+  c.set_read_timeout(0, 300000);  // gives up after 0.3 s and closes the connection
+  auto r = c.Post("/v1/completions", R"({"prompt": "sing forever", "max_tokens": 1500})", "application/json");
+  EXPECT_FALSE(r);
+  c.stop();
+  for (int i = 0; i < 200 && engine_->metrics().finished_abort == aborts_before; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(engine_->metrics().finished_abort, aborts_before + 1);
+  EXPECT_LT(engine_->metrics().generation_tokens_total - tokens_before, 1000u);
   expect_idle();
 }
 
