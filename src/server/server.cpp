@@ -1,10 +1,11 @@
 // server.cpp: HttpServer (server.h): routing, authentication, readiness, error answers, and the
-// response loop that moves TokenEvents to the client. Generation responses (stream or not) go out
-// through a chunked content provider, because only inside it can cpp-httplib 0.11 tell that the
-// client went away (DataSink::is_writable, which also peeks at the socket): the provider asks on
-// every call and every 50 ms while it waits for the engine, and a closed connection aborts the
-// request, which frees its KV blocks before the next engine step. Streams also get ": keep-alive"
-// comments while nothing else is sent (long prefill).
+// response loops that move TokenEvents to the client. Streams go out through a chunked content
+// provider, which asks DataSink::is_writable (it also peeks at the socket) whether the client is
+// still there; a non-streaming answer is collected in the handler, so that its status can still
+// be an error, and asks the connection's socket itself (connection.h). Both ask on every event and
+// every 50 ms while they wait for the engine; a client gone aborts the request, which frees its
+// KV blocks before the next engine step. Streams also get ": keep-alive" comments while nothing
+// else is sent (long prefill).
 #include "server/server.h"
 
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "server/api_error.h"
+#include "server/connection.h"
 #include "server/json_fields.h"
 #include "server/openai_request.h"
 #include "server/prometheus.h"
@@ -109,8 +111,12 @@ struct HttpServer::Impl {
 
   void routes();
   void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);
-  void respond_events(httplib::Response& res, RequestStream stream, std::unique_ptr<Responder> responder,
-                      bool stream_mode);
+  void respond_stream(httplib::Response& res, RequestStream stream, std::unique_ptr<Responder> responder);
+  void respond_whole(httplib::Response& res, RequestStream stream, Responder& responder, int client_socket);
+  void count_disconnect() {
+    std::lock_guard<std::mutex> lk(counters_mu);
+    ++counters.client_disconnects;
+  }
   void handle_tokenize(const httplib::Request& req, httplib::Response& res);
   void handle_detokenize(const httplib::Request& req, httplib::Response& res);
   Json model_card(const std::string& name) const;
@@ -170,11 +176,36 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
 
   std::unique_ptr<Responder> responder =
       chat ? make_chat_responder(meta, chat_req.thinking, tok) : make_completion_responder(meta, tok);
-  respond_events(res, std::move(submitted).value(), std::move(responder), meta.stream);
+  if (meta.stream) {
+    respond_stream(res, std::move(submitted).value(), std::move(responder));
+  } else {
+    respond_whole(res, std::move(submitted).value(), *responder, connection_socket(req));
+  }
 }
 
-void HttpServer::Impl::respond_events(httplib::Response& res, RequestStream stream,
-                                      std::unique_ptr<Responder> responder, bool stream_mode) {
+// Non-streaming: waits here rather than in a content provider, so that the status line can
+// still tell how the request ended (a shutdown or an engine failure is a 5xx error, not a 200
+// whose body is an error object).
+void HttpServer::Impl::respond_whole(httplib::Response& res, RequestStream stream, Responder& responder,
+                                     int client_socket) {
+  std::vector<TokenEvent> events;
+  std::string unused;
+  while (!responder.finished()) {
+    if (peer_hung_up(client_socket)) {
+      stream.abort();
+      count_disconnect();
+      res.status = 499;  // nginx's "client closed request"; nobody reads it
+      return;
+    }
+    events.clear();
+    if (stream.wait(&events, kPollInterval)) responder.consume(events, &unused);
+  }
+  if (!responder.error().is_ok()) return send_error(res, from_status(responder.error()));
+  res.set_content(responder.final_body(), "application/json");
+}
+
+void HttpServer::Impl::respond_stream(httplib::Response& res, RequestStream stream,
+                                      std::unique_ptr<Responder> responder) {
   struct Pending {
     RequestStream stream;
     std::unique_ptr<Responder> responder;
@@ -188,12 +219,11 @@ void HttpServer::Impl::respond_events(httplib::Response& res, RequestStream stre
     if (p->gone || p->responder->finished()) return;
     p->gone = true;
     p->stream.abort();
-    std::lock_guard<std::mutex> lk(counters_mu);
-    ++counters.client_disconnects;
+    count_disconnect();
   };
-  auto provider = [p, stream_mode, keepalive, client_gone](size_t, httplib::DataSink& sink) -> bool {
+  auto provider = [p, keepalive, client_gone](size_t, httplib::DataSink& sink) -> bool {
     // Asked on every call, not only when the wait below times out: while tokens keep coming it
-    // never does, and a non-streaming answer writes nothing that could fail until the end.
+    // never does.
     if (!sink.is_writable()) {
       client_gone();
       return false;
@@ -204,7 +234,7 @@ void HttpServer::Impl::respond_events(httplib::Response& res, RequestStream stre
         client_gone();
         return false;
       }
-      if (stream_mode && Clock::now() - p->last_write >= keepalive) {
+      if (Clock::now() - p->last_write >= keepalive) {
         static constexpr char kKeepAlive[] = ": keep-alive\n\n";
         if (!sink.write(kKeepAlive, sizeof(kKeepAlive) - 1)) {
           client_gone();
@@ -215,32 +245,22 @@ void HttpServer::Impl::respond_events(httplib::Response& res, RequestStream stre
     }
     std::string out;
     p->responder->consume(events, &out);
-    if (stream_mode && !out.empty()) {
+    if (!out.empty()) {
       if (!sink.write(out.data(), out.size())) {
         client_gone();
         return false;
       }
       p->last_write = Clock::now();
     }
-    if (p->responder->finished()) {
-      if (!stream_mode) {
-        const std::string body = p->responder->final_body();
-        if (!sink.write(body.data(), body.size())) return false;
-      }
-      sink.done();
-    }
+    if (p->responder->finished()) sink.done();
     return true;
   };
   // Runs when the response ends for any reason: a request still running has lost its client.
   auto releaser = [client_gone](bool) { client_gone(); };
   res.status = 200;
-  if (stream_mode) {
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider("text/event-stream", provider, releaser);
-  } else {
-    res.set_chunked_content_provider("application/json", provider, releaser);
-  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider("text/event-stream", provider, releaser);
 }
 
 void HttpServer::Impl::handle_tokenize(const httplib::Request& req, httplib::Response& res) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -219,6 +220,41 @@ TEST_F(HttpTest, ClientHangingUpOnANonStreamingRequestAbortsIt) {
   EXPECT_EQ(engine_->metrics().finished_abort, aborts_before + 1);
   EXPECT_LT(engine_->metrics().generation_tokens_total - tokens_before, 1000u);
   expect_idle();
+}
+
+// A non-streaming request cut short by a shutdown is answered 503 (retry elsewhere), not 200
+// with an error object where the completion should be.
+TEST_F(HttpTest, NonStreamingRequestEndedByShutdownIsA503) {
+  const tok::Tokenizer* t = v4_tokenizer();
+  auto script = runtime::parse_script(kScript, "test", [t](std::string_view x) { return t->encode(x, true); });
+  ASSERT_TRUE(script.is_ok());
+  script->step_delay_ms = 3;
+  auto runner = std::make_unique<runtime::ScriptedRunner>(
+      std::move(script).value(), [t](std::span<const int32_t> ids) { return t->decode(ids, false).value(); },
+      t->n_ids(), 1, 1 << 16, "test");
+  EngineConfig ec;
+  ec.max_model_len = 2048;
+  auto e = Engine::start(ec, std::move(runner), t);
+  ASSERT_TRUE(e.is_ok());
+  std::unique_ptr<Engine> engine = std::move(e).value();
+  ServerConfig sc;
+  sc.port = 0;
+  HttpServer s(sc);
+  ASSERT_TRUE(s.start().is_ok());
+  s.set_ready(engine.get(), t);
+  std::optional<httplib::Result> r;
+  std::thread client_thread([&] {
+    httplib::Client c("127.0.0.1", s.port());
+    c.set_read_timeout(20, 0);
+    r.emplace(c.Post("/v1/completions", R"({"prompt": "sing forever", "max_tokens": 1500})", "application/json"));
+  });
+  for (int i = 0; i < 200 && engine->metrics().generation_tokens_total < 5; ++i) std::this_thread::sleep_for(10ms);
+  engine->shutdown();
+  client_thread.join();
+  ASSERT_TRUE(r.has_value());
+  expect_error(*r, 503, "service_unavailable_error");
+  EXPECT_EQ((*r)->get_header_value("Retry-After"), "1");
+  s.stop();
 }
 
 TEST_F(HttpTest, ApiKey) {
