@@ -16,6 +16,7 @@
 #include <ctime>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "server/api_error.h"
 #include "server/connection.h"
@@ -31,6 +32,29 @@ namespace {
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 
 int64_t unix_now() { return int64_t(std::time(nullptr)); }
+
+// The method a known path takes ("" for an unknown path): a known path asked for with another
+// method is a 405 that names the right method, not a 404 that says the route does not exist.
+const char* route_method(const std::string& path) {
+  static constexpr std::pair<const char*, const char*> kRoutes[] = {
+      {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}, {"/tokenize", "POST"},
+      {"/detokenize", "POST"},          {"/v1/models", "GET"},       {"/health", "GET"},
+      {"/metrics", "GET"}};
+  for (const auto& [p, m] : kRoutes) {
+    if (path == p) return m;
+  }
+  return path.size() > 11 && path.starts_with("/v1/models/") ? "GET" : "";
+}
+
+// What cpp-httplib's own error statuses mean (it answers these before any handler runs).
+std::string http_error_message(int status) {
+  switch (status) {
+    case 400:
+      return "the HTTP request could not be read (malformed request line, headers, Content-Length or chunked body)";
+    case 414: return "the request URI is too long";
+    default: return fmt::format("HTTP {}", status);
+  }
+}
 
 }  // namespace
 
@@ -366,11 +390,21 @@ void HttpServer::Impl::routes() {
 
   // httplib's own answers (unknown route, body too large, bad HTTP) become OpenAI error objects.
   svr.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
+    const char* method = route_method(q.path);
+    if (r.status == 404 && r.body.empty() && *method != '\0' && q.method != method) {
+      r.status = 405;
+      r.set_header("Allow", method);
+    }
     count_error(r.status);
     if (!r.body.empty()) return;
     switch (r.status) {
       case 404:
         send_error(r, not_found_error(fmt::format("no route for {} {}", q.method, q.path)));
+        break;
+      case 405:
+        send_error(r, ApiError{405, "invalid_request_error",
+                               fmt::format("{} {} is not allowed: this route takes {}", q.method, q.path, method), "",
+                               "method_not_allowed"});
         break;
       case 413:
         send_error(r, ApiError{413, "invalid_request_error",
@@ -380,7 +414,7 @@ void HttpServer::Impl::routes() {
         break;
       default:
         send_error(r, ApiError{r.status, r.status >= 500 ? "server_error" : "invalid_request_error",
-                               fmt::format("HTTP {}", r.status), "", ""});
+                               http_error_message(r.status), "", ""});
     }
   });
   svr.set_exception_handler([this](const httplib::Request& q, httplib::Response& r, std::exception_ptr ep) {

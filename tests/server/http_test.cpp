@@ -1,10 +1,15 @@
 // http_test.cpp: the HTTP server on a loopback port, driven by cpp-httplib's client, with the
 // scripted runner behind the real engine: routes, error objects for every kind of bad request
-// (and the server stays healthy), SSE framing, the API key, and a client that hangs up
-// mid-stream or while waiting for a non-streaming answer (its request is aborted and its blocks
-// freed).
+// (and the server stays healthy), wrong methods and unreadable HTTP, SSE framing, the API key, a
+// client that hangs up mid-stream or while waiting for a non-streaming answer (its request is
+// aborted and its blocks freed), and a non-streaming request ended by a shutdown (a 503).
 #include <gtest/gtest.h>
 #include <httplib.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <optional>
 #include <thread>
@@ -170,6 +175,39 @@ TEST_F(HttpTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
   expect_error(post("/detokenize", R"({"tokens": [1, -5]})"), 400, "invalid_request_error");
   EXPECT_EQ(client().Get("/health")->status, 200);
   expect_idle();
+}
+
+// A known route asked for with the wrong method says which method it takes (405 + Allow), and
+// a request httplib cannot read gets a message that says so, not just "HTTP 400".
+TEST_F(HttpTest, WrongMethodAndUnreadableRequestSayWhatIsWrong) {
+  auto r = client().Get("/v1/chat/completions");
+  expect_error(r, 405, "invalid_request_error");
+  EXPECT_EQ(r->get_header_value("Allow"), "POST");
+  EXPECT_NE(Json::parse(r->body)["error"]["message"].get<std::string>().find("takes POST"), std::string::npos);
+  r = post("/v1/models", "{}");
+  expect_error(r, 405, "invalid_request_error");
+  EXPECT_EQ(r->get_header_value("Allow"), "GET");
+  expect_error(client().Delete("/v1/models/m"), 405, "invalid_request_error");
+  expect_error(client().Get("/v1/nothing"), 404, "not_found_error");
+
+  // A chunk size that is not hex: httplib answers 400 itself.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(server_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string raw =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "zz\r\nabc\r\n0\r\n\r\n";
+  ASSERT_EQ(send(fd, raw.data(), raw.size(), 0), ssize_t(raw.size()));
+  std::string answer;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) answer.append(buf, size_t(n));
+  close(fd);
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 400")) << answer;
+  EXPECT_NE(answer.find("could not be read"), std::string::npos) << answer;
 }
 
 TEST_F(HttpTest, TokenizeRoundTrip) {
