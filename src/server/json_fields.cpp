@@ -91,9 +91,15 @@ bool FieldReader::integer(const char* key, int64_t* out, int64_t lo, int64_t hi)
     x = int64_t(u);
   } else if (v->is_number_integer()) {
     x = v->get<int64_t>();
-  } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() &&
-             std::fabs(v->get<double>()) < 9e15) {
-    x = int64_t(v->get<double>());  // 100.0 is an integer to JavaScript clients
+  } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>()) {
+    // 100.0 is an integer to JavaScript clients; so is 1e30, or a literal too long for 64 bits
+    // (which nlohmann stores as a double): those are out of range, not "not an integer".
+    const double d = v->get<double>();
+    if (std::fabs(d) >= 9e15) {
+      fail(key, fmt::format("'{}{}' must be in [{}, {}], found {}", prefix_, key, lo, hi, d));
+      return false;
+    }
+    x = int64_t(d);
   } else {
     fail(key, fmt::format("'{}{}' must be an integer, found {}", prefix_, key, json_kind(*v)));
     return false;

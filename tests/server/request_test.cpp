@@ -107,6 +107,10 @@ TEST(ChatRequest, RefusesBadInputWithTheField) {
       {R"({"messages": [{"role": "tool", "content": [{"type": ["text"]}]}]})", 400, "messages", ""},
       {R"({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]})", 400, "messages", ""},
   };
+  // An integer literal too long for 64 bits is out of range, not "not an integer".
+  const ApiError huge = chat(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 99999999999999999999999})");
+  EXPECT_EQ(huge.param, "max_tokens");
+  EXPECT_NE(huge.message.find("must be in [1, 2147483647], found 1e+23"), std::string::npos) << huge.message;
   for (const Case& c : cases) {
     const ApiError e = chat(c.body);
     EXPECT_EQ(e.status, c.status) << c.body;
