@@ -18,6 +18,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/json_depth.h"
 #include "server/api_error.h"
 #include "server/connection.h"
 #include "server/json_fields.h"
@@ -122,15 +123,23 @@ struct HttpServer::Impl {
     return false;
   }
 
-  // Parses the body as JSON; the parser's message says where it failed.
+  // Parses the body as JSON; the parser's message says where it failed. Nesting deeper than
+  // kMaxJsonDepth is refused: using such a value would overflow the stack (json_depth.h).
   bool parse_body(const httplib::Request& req, httplib::Response& res, Json* j) {
     try {
       *j = Json::parse(req.body);
-      return true;
     } catch (const nlohmann::json::exception& e) {
       send_error(res, bad_request(fmt::format("the request body is not valid JSON: {}", e.what())));
       return false;
     }
+    if (const size_t depth = json_nesting_depth(req.body); depth > kMaxJsonDepth) {
+      *j = Json();
+      send_error(res, bad_request(fmt::format("the request body nests arrays and objects {} levels deep; at most {} "
+                                              "are allowed",
+                                              depth, kMaxJsonDepth)));
+      return false;
+    }
+    return true;
   }
 
   void routes();

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 
+#include "base/json_depth.h"
 #include "tokenizer/python_json.h"
 
 namespace dsv4::tok {
@@ -188,6 +189,10 @@ Status append_system_extras(const ChatMessage& m, std::string* out) {
 // One history tool call as DSML. Arguments that are not JSON become one string parameter named
 // "arguments"; JSON that is not an object is an error (the reference encoder crashes on it).
 Result<std::string> render_tool_call(const ToolCall& call) {
+  // Arguments arrive as a JSON string inside the request, so the body's depth check missed them.
+  if (const size_t depth = json_nesting_depth(call.arguments); depth > kMaxJsonDepth)
+    return invalid_argument("tool call '{}': arguments nest {} levels deep; at most {} are allowed", call.name, depth,
+                            kMaxJsonDepth);
   nlohmann::ordered_json args = nlohmann::ordered_json::parse(call.arguments, nullptr, false);
   if (args.is_discarded()) {
     args = nlohmann::ordered_json::object();

@@ -161,6 +161,9 @@ def main():
                 ("over max_model_len", '{"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}', 400,
                  "messages"),
                 ("body over the limit", json.dumps({"prompt": "x" * 2100000}), 413, None, "/v1/completions"),
+                # Copying or dumping this recursed 300k levels deep and killed the server.
+                ("deeply nested JSON", '{"messages": [{"role": "user", "content": "x", "extra": ' + "[" * 300000
+                 + "]" * 300000 + "}]}", 400, None),
                 ("unknown route", "{}", 404, None, "/v1/embeddings"),
             ]
             for case in cases:

@@ -177,6 +177,24 @@ TEST_F(HttpTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
   expect_idle();
 }
 
+// JSON nested past kMaxJsonDepth is refused before anything copies or dumps it (at ~100k levels
+// that recursion overflowed a handler thread's stack and killed the server).
+TEST_F(HttpTest, DeeplyNestedJsonIsRefused) {
+  const std::string deep = std::string(600, '[') + std::string(600, ']');
+  for (const auto& [path, body] : std::vector<std::pair<std::string, std::string>>{
+           {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x", "extra": )" + deep + "}]}"},
+           {"/detokenize", R"({"tokens": [)" + deep + "]}"},
+           {"/tokenize", R"({"prompt": "x", "extra": )" + deep + "}"}}) {
+    auto r = post(path, body);
+    expect_error(r, 400, "invalid_request_error");
+    EXPECT_NE(r->body.find("levels deep"), std::string::npos) << r->body;
+  }
+  // Deep but within the limit is fine.
+  const std::string ok = std::string(100, '[') + std::string(100, ']');
+  EXPECT_EQ(post("/tokenize", R"({"prompt": "x", "extra": )" + ok + "}")->status, 200);
+  EXPECT_EQ(client().Get("/health")->status, 200);
+}
+
 // A known route asked for with the wrong method says which method it takes (405 + Allow), and
 // a request httplib cannot read gets a message that says so, not just "HTTP 400".
 TEST_F(HttpTest, WrongMethodAndUnreadableRequestSayWhatIsWrong) {

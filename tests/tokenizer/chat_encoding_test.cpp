@@ -97,6 +97,12 @@ TEST(ChatEncoding, RejectsBadInput) {
   call[1].role = Role::kAssistant;
   call[1].tool_calls.push_back(ToolCall{"c", "f", "[1, 2]"});  // JSON but not an object
   EXPECT_FALSE(encode_chat(call, opt).is_ok());
+  // Arguments nesting a million levels: refused, not rendered by a recursion that overflows the stack.
+  const size_t n = 1000000;
+  call[1].tool_calls[0].arguments = "{\"a\": " + std::string(n, '[') + std::string(n, ']') + "}";
+  auto deep = encode_chat(call, opt);
+  ASSERT_FALSE(deep.is_ok());
+  EXPECT_NE(deep.status().message().find("levels deep"), std::string::npos) << deep.status().message();
 
   EXPECT_FALSE(chat_messages_from_json(nlohmann::ordered_json::parse(R"([{"role": "robot", "content": "x"}])")).is_ok());
   auto bad_part = chat_messages_from_json(
