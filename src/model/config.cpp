@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -33,6 +35,33 @@ const char* moe_type_name(MoeType t) {
 
 namespace {
 
+// Converts a JSON number to the integer type T. Whole-valued floats (4096.0) are accepted; a value
+// outside T's range is an error, never a silently wrapped one (2^32 + 128 must not read as 128).
+template <typename T>
+Status integer_value(const json& v, const std::string& what, T& out) {
+  constexpr int64_t lo = int64_t(std::numeric_limits<T>::min());
+  constexpr int64_t hi = int64_t(std::numeric_limits<T>::max());
+  auto out_of_range = [&] {
+    return invalid_argument("{} = {} is out of range (expected an integer in [{}, {}])", what, v.dump(), lo, hi);
+  };
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > uint64_t(hi)) return out_of_range();
+    out = T(v.get<uint64_t>());
+  } else if (v.is_number_integer()) {
+    const int64_t i = v.get<int64_t>();
+    if (i < lo || i > hi) return out_of_range();
+    out = T(i);
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || d != std::floor(d)) return invalid_argument("{} must be an integer, found {}", what, v.dump());
+    if (d < double(lo) || d >= -2.0 * double(std::numeric_limits<T>::min())) return out_of_range();
+    out = T(d);
+  } else {
+    return invalid_argument("{} must be an integer, found {}", what, v.type_name());
+  }
+  return Status::ok();
+}
+
 // Reads the first present key of `names` as a number; error if present with another type.
 class Fields {
  public:
@@ -58,11 +87,7 @@ class Fields {
                               v->type_name());
     }
     if constexpr (std::is_integral_v<T>) {
-      if (!v->is_number_integer() && v->get<double>() != double(int64_t(v->get<double>())))
-        return invalid_argument("{}: field '{}' must be an integer, found {}", origin_, *names.begin(),
-                                v->dump());
-      out = T(v->get<int64_t>());
-      if (v->is_number_float()) out = T(v->get<double>());
+      return integer_value(*v, fmt::format("{}: field '{}'", origin_, *names.begin()), out);
     } else {
       out = T(v->get<double>());
     }
@@ -178,7 +203,7 @@ Result<ModelConfig> ModelConfig::from_json(const json& j, const std::string& ori
   if (const json* eos = f.find({"eos_token_id"}); eos && eos->is_array()) {
     if (eos->empty() || !(*eos)[0].is_number_integer())
       return invalid_argument("{}: eos_token_id must be an integer or a list of integers", origin);
-    c.eos_token_id = (*eos)[0].get<int>();
+    DSV4_RETURN_IF_ERROR(integer_value((*eos)[0], origin + ": eos_token_id[0]", c.eos_token_id));
   } else {
     DSV4_RETURN_IF_ERROR(f.number({"eos_token_id"}, c.eos_token_id, false));
   }
@@ -264,7 +289,9 @@ Result<ModelConfig> ModelConfig::from_json(const json& j, const std::string& ori
     for (size_t i = 0; i < cr->size(); ++i) {
       if (!(*cr)[i].is_number_integer())
         return invalid_argument("{}: compress_ratios[{}] must be an integer, found {}", origin, i, (*cr)[i].dump());
-      ratios.push_back((*cr)[i].get<int>());
+      int ratio = 0;
+      DSV4_RETURN_IF_ERROR(integer_value((*cr)[i], fmt::format("{}: compress_ratios[{}]", origin, i), ratio));
+      ratios.push_back(ratio);
     }
     if (int(ratios.size()) < c.n_layers)
       return invalid_argument("{}: compress_ratios has {} entries, expected at least num_hidden_layers = {}",
@@ -335,6 +362,11 @@ Result<ModelConfig> ModelConfig::load(const std::string& model_dir) {
   return c;
 }
 
+namespace {
+constexpr int kMaxSlidingWindow = 1 << 16;
+constexpr int kMaxSinkhornIters = 1000;
+}  // namespace
+
 Status ModelConfig::validate() const {
   auto positive = [](const char* name, int64_t v) -> Status {
     if (v <= 0) return invalid_argument("{} must be positive, found {}", name, v);
@@ -354,6 +386,21 @@ Status ModelConfig::validate() const {
   DSV4_RETURN_IF_ERROR(positive("sliding_window", sliding_window));
   DSV4_RETURN_IF_ERROR(positive("hc_mult", hc_mult));
   DSV4_RETURN_IF_ERROR(positive("hc_sinkhorn_iters", hc_sinkhorn_iters));
+  // The CPU reference keeps a [sliding_window, head_dim] fp32 window per layer and runs the Sinkhorn
+  // loop hc_sinkhorn_iters times per sublayer and token; DeepSeek-V4 uses 128 and 20. Values far
+  // beyond those are corrupt configs: refusing them here beats a std::bad_alloc or an endless run.
+  if (sliding_window > kMaxSlidingWindow)
+    return invalid_argument("sliding_window must be at most {}, found {}", kMaxSlidingWindow, sliding_window);
+  if (hc_sinkhorn_iters > kMaxSinkhornIters)
+    return invalid_argument("hc_sinkhorn_iters must be at most {}, found {}", kMaxSinkhornIters, hc_sinkhorn_iters);
+  // Non-positive rope bases and negative epsilons give NaN activations, not an error.
+  for (const auto& [name, theta] : {std::pair{"rope_theta", rope_main.theta}, {"compress_rope_theta", rope_compress.theta}})
+    if (!(theta > 0.0) || !std::isfinite(theta))
+      return invalid_argument("{} must be positive and finite, found {}", name, theta);
+  if (rope_compress.yarn && !(rope_compress.factor > 0.0))
+    return invalid_argument("YaRN factor must be positive, found {}", rope_compress.factor);
+  for (const auto& [name, eps] : {std::pair{"rms_norm_eps", norm_eps}, {"hc_eps", hc_eps}})
+    if (!(eps >= 0.0) || !std::isfinite(eps)) return invalid_argument("{} must be >= 0, found {}", name, eps);
   if (n_kv_heads != 1) return unimplemented("num_key_value_heads must be 1 (shared-KV MQA), found {}", n_kv_heads);
   if (rope_dim <= 0 || rope_dim > head_dim || rope_dim % 2 != 0)
     return invalid_argument("rope dim must be even and in (0, head_dim = {}], found {}", head_dim, rope_dim);

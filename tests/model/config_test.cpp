@@ -187,6 +187,55 @@ TEST(Config, MalformedConfigsNameTheField) {
   check(json::array({1, 2}), "expected a JSON object");
 }
 
+// Values beyond the field's integer type used to wrap (hidden_size 2^32 + 4096 read as 4096 and the
+// checkpoint validated), and sizes or constants the engine cannot run with ended in std::bad_alloc,
+// an endless Sinkhorn loop or NaN logits instead of an error.
+TEST(Config, OutOfRangeAndUnrunnableValuesAreErrors) {
+  auto check = [](json j, const std::string& needle) {
+    auto r = ModelConfig::from_json(j, "cfg");
+    Status st = r.status();
+    if (r.is_ok()) st = r->validate();
+    EXPECT_FALSE(st.is_ok()) << needle;
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+  };
+  json j = flash_legacy();
+  j["hidden_size"] = (int64_t(1) << 32) + 4096;
+  check(j, "field 'hidden_size' = 4294971392 is out of range");
+  j = flash_legacy();
+  j["vocab_size"] = uint64_t(1) << 63;
+  check(j, "field 'vocab_size' = 9223372036854775808 is out of range");
+  j = flash_legacy();
+  j["head_dim"] = 4294967808.0;
+  check(j, "field 'head_dim' = 4294967808.0 is out of range");
+  j = flash_legacy();
+  j["eos_token_id"] = json::array({int64_t(1) << 40});
+  check(j, "eos_token_id[0] = 1099511627776 is out of range");
+  j = flash_legacy();
+  j["compress_ratios"][5] = int64_t(1) << 40;
+  check(j, "compress_ratios[5] = 1099511627776 is out of range");
+  j = flash_legacy();
+  j["sliding_window"] = 2147483647;
+  check(j, "sliding_window must be at most 65536, found 2147483647");
+  j = flash_legacy();
+  j["hc_sinkhorn_iters"] = 2147483647;
+  check(j, "hc_sinkhorn_iters must be at most 1000");
+  j = flash_legacy();
+  j["rope_theta"] = 0;
+  check(j, "rope_theta must be positive");
+  j = flash_legacy();
+  j["compress_rope_theta"] = -1.0;
+  check(j, "compress_rope_theta must be positive");
+  j = flash_legacy();
+  j["rms_norm_eps"] = -1.0;
+  check(j, "rms_norm_eps must be >= 0");
+  j = flash_legacy();
+  j["hidden_size"] = 4096.0;  // a whole-valued float is still the integer it spells
+  auto ok = ModelConfig::from_json(j, "cfg");
+  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->hidden, 4096);
+  EXPECT_TRUE(ok->validate().is_ok()) << ok->validate().to_string();
+}
+
 TEST(Config, HcaRateFromLegacyRatios) {
   json j = flash_legacy();
   j["num_hidden_layers"] = 3;
