@@ -6,7 +6,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -354,7 +357,10 @@ Result<ModelConfig> ModelConfig::from_json(const json& j, const std::string& ori
 Result<ModelConfig> ModelConfig::load(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
   std::ifstream in(path);
-  if (!in) return not_found("cannot open '{}'", path);
+  if (!in) return not_found("cannot open '{}': {}", path, std::strerror(errno));
+  // Opening a directory succeeds, and reading it throws out of the parser (EISDIR).
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return invalid_argument("'{}' is a directory, expected a JSON file", path);
   json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return invalid_argument("'{}' is not valid JSON", path);
   DSV4_ASSIGN_OR_RETURN(ModelConfig c, from_json(j, path));

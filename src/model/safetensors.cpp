@@ -273,6 +273,9 @@ Result<std::unique_ptr<TensorStore>> TensorStore::open(const std::string& path) 
   const fs::path dir(path);
   const fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index, ec)) {
+    // Opening a directory succeeds, and reading it throws out of the parser (EISDIR).
+    if (fs::is_directory(index, ec))
+      return invalid_argument("'{}' is a directory, expected a JSON file", index.string());
     std::ifstream in(index);
     json j = json::parse(in, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())

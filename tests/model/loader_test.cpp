@@ -173,6 +173,20 @@ TEST_F(LoaderTest, MalformedConfigJson) {
   expect_error({"config.json", "not valid JSON"});
 }
 
+// A directory where a JSON file belongs opens fine and then threw std::ios_failure out of the
+// parser (abort); a --model that is a file named no reason.
+TEST_F(LoaderTest, DirectoryInsteadOfAJsonFile) {
+  fs::remove(dir_ + "/model.safetensors.index.json");
+  fs::create_directory(dir_ + "/model.safetensors.index.json");
+  expect_error({"model.safetensors.index.json' is a directory"});
+  fs::remove(dir_ + "/config.json");
+  fs::create_directory(dir_ + "/config.json");
+  expect_error({"config.json' is a directory"});
+  auto cfg = ModelConfig::load(dir_ + "/model-00001-of-00005.safetensors");
+  ASSERT_FALSE(cfg.is_ok());
+  EXPECT_NE(cfg.status().message().find("Not a directory"), std::string::npos) << cfg.status().message();
+}
+
 TEST_F(LoaderTest, FusedHfExpertsWithWrongShape) {
   rewrite([](Tensors& t) {
     // Replace layer 3's per-expert weights by fused HF tensors with one expert too few.
