@@ -2,6 +2,7 @@
 // 'fortran_order' and 'shape'; anything else is an error naming what was found.
 #include "base/npy.h"
 
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <regex>
@@ -66,20 +67,43 @@ Result<NpyArray> read_npy(const std::string& path) {
   if (!std::regex_search(header, m, std::regex(R"('descr'\s*:\s*'([^']*)')")))
     return invalid_argument("'{}': header has no 'descr'", path);
   arr.dtype = m[1];
-  if (arr.dtype == "|i1" || arr.dtype == "=i4") arr.dtype = "<i4";
+  if (arr.dtype == "=i4") arr.dtype = "<i4";  // native order, little-endian on every supported host
   if (arr.dtype != "<i4" && arr.dtype != "<i8" && arr.dtype != "<f4")
     return invalid_argument("'{}': unsupported dtype '{}' (expected <i4, <i8 or <f4)", path, arr.dtype);
   if (std::regex_search(header, m, std::regex(R"('fortran_order'\s*:\s*True)")))
     return invalid_argument("'{}': Fortran-order arrays are not supported", path);
   if (!std::regex_search(header, m, std::regex(R"('shape'\s*:\s*\(([^)]*)\))")))
     return invalid_argument("'{}': header has no 'shape'", path);
+  // The shape is a tuple of non-negative integers: "()", "(3,)", "(2, 3)". Each entry is parsed
+  // whole (a '-' or a stray character is an error, not skipped) and the product is bounded before
+  // it can overflow.
   const std::string dims = m[1];
-  const std::regex digits(R"(\d+)");
-  std::sregex_iterator it(dims.begin(), dims.end(), digits), end;
-  for (; it != end; ++it) arr.shape.push_back(std::stoll(it->str()));
+  std::vector<std::string> parts(1);
+  for (char c : dims) {
+    if (c == ',') parts.emplace_back();
+    else parts.back() += c;
+  }
+  for (std::string& p : parts) {
+    const size_t b = p.find_first_not_of(' ');
+    p = b == std::string::npos ? std::string() : p.substr(b, p.find_last_not_of(' ') - b + 1);
+  }
+  constexpr int64_t kMaxElements = int64_t(1) << 36;
+  int64_t n = 1;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string& tok = parts[i];
+    // "()" is a scalar and "(3,)" ends in Python's one-tuple comma; any other empty entry is garbage.
+    if (tok.empty() && (parts.size() == 1 || (i > 0 && i + 1 == parts.size()))) continue;
+    int64_t d = -1;
+    const auto [ptr, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), d);
+    if (tok.empty() || ec != std::errc() || ptr != tok.data() + tok.size() || d < 0)
+      return invalid_argument("'{}': shape ({}) is not a tuple of non-negative integers", path, dims);
+    if (d > kMaxElements || (d > 0 && n > kMaxElements / d))
+      return invalid_argument("'{}': shape ({}) is implausibly large (more than {} elements)", path, dims,
+                              kMaxElements);
+    n *= d;
+    arr.shape.push_back(d);
+  }
   const int64_t itemsize = arr.dtype == "<i8" ? 8 : 4;
-  const int64_t n = arr.numel();
-  if (n < 0 || n > (int64_t(1) << 36)) return invalid_argument("'{}': implausible element count {}", path, n);
   arr.data.resize(size_t(n * itemsize));
   if (!f.read(reinterpret_cast<char*>(arr.data.data()), std::streamsize(arr.data.size())))
     return invalid_argument("'{}': data is shorter than shape x dtype ({} bytes)", path, arr.data.size());

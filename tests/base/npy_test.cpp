@@ -55,5 +55,53 @@ TEST(Npy, RejectsMalformed) {
   std::remove(p.c_str());
 }
 
+// Writes a version-1 .npy with the given header dict and raw data bytes.
+void write_raw_npy(const std::string& path, const std::string& dict, const std::string& data) {
+  std::string h = dict;
+  h.append((64 - (10 + h.size() + 1) % 64) % 64, ' ');
+  h += '\n';
+  std::ofstream f(path, std::ios::binary);
+  f.write("\x93NUMPY\x01\x00", 8);
+  const char len[2] = {char(h.size() & 0xff), char(h.size() >> 8)};
+  f.write(len, 2);
+  f << h << data;
+}
+
+// Shapes used to go through a digit regex and std::stoll: 20 digits threw std::out_of_range (an
+// abort in `dsv4 logits`), "-3" read as 3, "a" as a missing dimension, and (2^32, 2^32) wrapped to
+// zero elements. An int8 file was read as int32 and blamed for being short.
+TEST(Npy, RejectsShapesThatAreNotTuplesOfSizes) {
+  const std::string p = temp_path("shape.npy");
+  const std::string three(12, '\x01');
+  auto read_with = [&](const std::string& shape, const std::string& descr = "<i4") {
+    write_raw_npy(p, "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }", three);
+    return read_npy(p);
+  };
+  auto expect_error = [&](const std::string& shape, const std::string& needle) {
+    auto r = read_with(shape);
+    ASSERT_FALSE(r.is_ok()) << shape;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  expect_error("(99999999999999999999999,)", "not a tuple of non-negative integers");
+  expect_error("(-3,)", "not a tuple of non-negative integers");
+  expect_error("(a,)", "not a tuple of non-negative integers");
+  expect_error("(3,,)", "not a tuple of non-negative integers");
+  expect_error("(2 3,)", "not a tuple of non-negative integers");
+  expect_error("(4294967296, 4294967296)", "implausibly large");
+  auto one = read_with("( 3, )");
+  ASSERT_TRUE(one.is_ok()) << one.status().to_string();
+  EXPECT_EQ(one->shape, (std::vector<int64_t>{3}));
+  auto two = read_with("(1, 3)");
+  ASSERT_TRUE(two.is_ok()) << two.status().to_string();
+  EXPECT_EQ(two->shape, (std::vector<int64_t>{1, 3}));
+  auto scalar = read_with("()");
+  ASSERT_TRUE(scalar.is_ok()) << scalar.status().to_string();
+  EXPECT_TRUE(scalar->shape.empty());
+  auto i8 = read_with("(12,)", "|i1");
+  ASSERT_FALSE(i8.is_ok());
+  EXPECT_NE(i8.status().message().find("unsupported dtype '|i1'"), std::string::npos) << i8.status().message();
+  std::remove(p.c_str());
+}
+
 }  // namespace
 }  // namespace dsv4
