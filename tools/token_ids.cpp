@@ -2,6 +2,7 @@
 #include "tools/token_ids.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "base/npy.h"
 
@@ -13,8 +14,13 @@ Result<std::vector<int32_t>> read_token_ids(const std::string& arg) {
     size_t i = 0;
     while (i < arg.size()) {
       const size_t j = std::min(arg.find(',', i), arg.size());
-      const std::string tok = arg.substr(i, j - i);
-      if (tok.find_first_not_of(' ') != std::string::npos) {
+      const std::string item = arg.substr(i, j - i);
+      const size_t b = item.find_first_not_of(' ');
+      if (b != std::string::npos) {
+        const std::string tok = item.substr(b, item.find_last_not_of(' ') - b + 1);
+        // std::stoi stops at a space: "1 2" must not read as the single id 1.
+        if (tok.find(' ') != std::string::npos)
+          return invalid_argument("token ids '{}': '{}' is not one id (separate ids with commas)", arg, tok);
         if (tok.size() > 9) return invalid_argument("token id '{}' is too large", tok);
         ids.push_back(std::stoi(tok));
       }
@@ -22,6 +28,13 @@ Result<std::vector<int32_t>> read_token_ids(const std::string& arg) {
     }
     return ids;
   }
+  // Anything else names a file; when there is none, say what a list looks like too, so that
+  // "0,-1" is not answered with only "cannot open '0,-1'".
+  std::error_code ec;
+  if (!std::filesystem::exists(arg, ec))
+    return not_found("token ids '{}' are neither a list of non-negative integers such as 0,5,17 nor an existing "
+                     ".npy file",
+                     arg);
   DSV4_ASSIGN_OR_RETURN(NpyArray arr, read_npy(arg));
   if (arr.shape.size() != 1)
     return invalid_argument("token ids must be a 1-D array [T], found shape of rank {}", arr.shape.size());

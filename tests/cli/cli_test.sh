@@ -65,6 +65,14 @@ grep -q "numerics must be fp32 or bf16" "$work/err"
 python3 -c "import numpy as np; np.save('$work/bad.npy', np.array([5, 4096], dtype=np.int32))"
 if "$bin" logits --model "$work/m" --token-ids "$work/bad.npy" --out "$work/x.npy" 2> "$work/err"; then exit 1; fi
 grep -q "outside the vocabulary" "$work/err"
+# A list with a space inside an entry used to read as its first id only; a list with a negative id
+# was taken for a file name ("cannot open '0,-1'").
+if "$bin" logits --model "$work/m" --token-ids "1 2" --out "$work/x.npy" 2> "$work/err"; then exit 1; fi
+grep -q "'1 2' is not one id" "$work/err"
+if "$bin" logits --model "$work/m" --token-ids "0,-1" --out "$work/x.npy" 2> "$work/err"; then exit 1; fi
+grep -q "neither a list of non-negative integers" "$work/err"
+"$bin" logits --model "$work/m" --token-ids " 1 , 2 " --out "$work/x.npy"
+python3 -c "import numpy as np; assert np.load('$work/x.npy').shape == (2, 1024)"
 truncate -s 100 "$work/m/model-00003-of-00006.safetensors"
 if "$bin" inspect --model "$work/m" > "$work/inspect2.log"; then exit 1; fi
 grep -q "^INVALID" "$work/inspect2.log"
