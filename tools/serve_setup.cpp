@@ -39,7 +39,7 @@ Result<std::string> find_repo_tokenizer() {
 
 Result<std::unique_ptr<tok::Tokenizer>> load_tokenizer(const std::string& path) {
   auto t = tok::Tokenizer::load(path);
-  if (!t.is_ok()) return t.status().with_context(path);
+  if (!t.is_ok()) return t.status();  // Tokenizer::load names the path already
   return std::make_unique<tok::Tokenizer>(std::move(t).value());
 }
 

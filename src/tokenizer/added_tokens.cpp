@@ -4,8 +4,11 @@
 #include "tokenizer/added_tokens.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <nlohmann/json.hpp>
+
+#include "tokenizer/json_fields.h"
 
 namespace dsv4::tok {
 
@@ -60,12 +63,19 @@ Result<AddedVocab> AddedVocab::from_json(const nlohmann::json& tokens) {
                               t.dump());
     }
     AddedToken token;
-    token.id = t["id"].get<TokenId>();
+    // get<TokenId>() would wrap: an id of 2^40 read as 0, a plausible id.
+    constexpr uint64_t kMaxTokenId = uint64_t(std::numeric_limits<TokenId>::max());
+    const nlohmann::json& id = t["id"];
+    if (id.is_number_unsigned() ? id.get<uint64_t>() > kMaxTokenId : id.get<int64_t>() < 0)
+      return invalid_argument("added token {}: id {} is outside [0, {}]", t["content"].dump(), id.dump(), kMaxTokenId);
+    token.id = id.get<TokenId>();
     token.content = t["content"].get<std::string>();
-    token.special = t.value("special", false);
-    token.normalized = t.value("normalized", !token.special);
+    const std::string where = fmt::format("added token '{}' (id {})", token.content, token.id);
+    DSV4_ASSIGN_OR_RETURN(token.special, bool_field(t, "special", false, where));
+    DSV4_ASSIGN_OR_RETURN(token.normalized, bool_field(t, "normalized", !token.special, where));
     for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
-      if (t.value(flag, false)) {
+      DSV4_ASSIGN_OR_RETURN(const bool set, bool_field(t, flag, false, where));
+      if (set) {
         return unimplemented("added token '{}' (id {}): \"{}\": true is not supported", token.content,
                              token.id, flag);
       }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
+#include "tokenizer/json_fields.h"
 #include "tokenizer/utf8.h"
 
 namespace dsv4::tok {
@@ -37,9 +38,9 @@ void MergeTable::build(const std::vector<std::array<uint32_t, 4>>& merges) {
 }
 
 Result<BpeModel> BpeModel::from_json(const nlohmann::json& model) {
-  if (!model.is_object() || model.value("type", "") != "BPE") {
+  if (const std::string type = section_type(model); type != "BPE") {
     return unimplemented("tokenizer model type '{}' is not supported (only BPE)",
-                         model.is_object() ? model.value("type", "") : std::string("?"));
+                         !type.empty() ? type : model.is_object() && model.contains("type") ? model["type"].dump() : "?");
   }
   auto is_set = [&](const char* key) {
     const auto it = model.find(key);
@@ -62,9 +63,12 @@ Result<BpeModel> BpeModel::from_json(const nlohmann::json& model) {
 
   BpeModel bpe;
   const ByteLevelAlphabet& alphabet = byte_level_alphabet();
+  // Per-id tables are sized by the largest id: real vocabularies have at most a few hundred
+  // thousand ids, and a stray huge id must be an error rather than gigabytes of empty slots.
+  constexpr int64_t kMaxId = int64_t(1) << 24;
   TokenId max_id = -1;
   for (const auto& [text, id_json] : vocab_it->items()) {
-    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 || id_json.get<int64_t>() >= (1 << 30)) {
+    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 || id_json.get<int64_t>() >= kMaxId) {
       return invalid_argument("BPE vocab: token '{}' has invalid id {}", text, id_json.dump());
     }
     max_id = std::max(max_id, id_json.get<TokenId>());

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/json_fields.h"
+
 namespace dsv4::tok {
 namespace {
 
@@ -12,11 +14,14 @@ constexpr const char* kSupported =
     "ByteLevel (add_prefix_space false, use_regex false)";
 
 Status check_byte_level(const nlohmann::json& stage) {
-  if (stage.value("add_prefix_space", false)) {
+  DSV4_ASSIGN_OR_RETURN(const bool add_prefix_space,
+                        bool_field(stage, "add_prefix_space", false, "pre_tokenizer ByteLevel"));
+  if (add_prefix_space) {
     return unimplemented("pre_tokenizer ByteLevel with add_prefix_space=true is not supported ({})",
                          kSupported);
   }
-  if (stage.value("use_regex", true)) {
+  DSV4_ASSIGN_OR_RETURN(const bool use_regex, bool_field(stage, "use_regex", true, "pre_tokenizer ByteLevel"));
+  if (use_regex) {
     return unimplemented("pre_tokenizer ByteLevel with use_regex=true is not supported ({})",
                          kSupported);
   }
@@ -24,12 +29,13 @@ Status check_byte_level(const nlohmann::json& stage) {
 }
 
 Result<Regex> parse_split(const nlohmann::json& stage) {
-  const std::string behavior = stage.value("behavior", "");
+  DSV4_ASSIGN_OR_RETURN(const std::string behavior, string_field(stage, "behavior", "", "pre_tokenizer Split"));
   if (behavior != "Isolated") {
     return unimplemented("pre_tokenizer Split behavior '{}' is not supported ({})", behavior,
                          kSupported);
   }
-  if (stage.value("invert", false)) {
+  DSV4_ASSIGN_OR_RETURN(const bool invert, bool_field(stage, "invert", false, "pre_tokenizer Split"));
+  if (invert) {
     return unimplemented("pre_tokenizer Split with invert=true is not supported ({})", kSupported);
   }
   const auto it = stage.find("pattern");
@@ -52,7 +58,7 @@ Result<PreTokenizer> PreTokenizer::from_json(const nlohmann::json& config) {
   if (!config.is_object()) {
     return unimplemented("tokenizer.json without a pre_tokenizer is not supported ({})", kSupported);
   }
-  const std::string type = config.value("type", "");
+  const std::string type = section_type(config);
   std::vector<nlohmann::json> stages;
   if (type == "Sequence") {
     const auto it = config.find("pretokenizers");
@@ -63,13 +69,13 @@ Result<PreTokenizer> PreTokenizer::from_json(const nlohmann::json& config) {
   } else {
     stages.push_back(config);
   }
-  if (stages.empty() || !stages.back().is_object() || stages.back().value("type", "") != "ByteLevel") {
+  if (stages.empty() || section_type(stages.back()) != "ByteLevel") {
     return unimplemented("pre_tokenizer must end with a ByteLevel stage ({})", kSupported);
   }
   PreTokenizer pre;
   for (size_t i = 0; i < stages.size(); ++i) {
     const auto& stage = stages[i];
-    const std::string stage_type = stage.is_object() ? stage.value("type", "") : "";
+    const std::string stage_type = section_type(stage);
     if (stage_type == "ByteLevel") {
       if (i + 1 != stages.size()) {
         return unimplemented("pre_tokenizer ByteLevel must be the last stage ({})", kSupported);

@@ -2,11 +2,13 @@
 // encode/decode pipelines. Encoding allocates its scratch once per call, never per piece.
 #include "tokenizer/tokenizer.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/json_fields.h"
 #include "tokenizer/utf8.h"
 
 namespace dsv4::tok {
@@ -14,7 +16,7 @@ namespace {
 
 bool is_empty_normalizer(const nlohmann::json& n) {
   if (n.is_null()) return true;
-  return n.is_object() && n.value("type", "") == "Sequence" && n.contains("normalizers") &&
+  return section_type(n) == "Sequence" && n.contains("normalizers") &&
          n["normalizers"].is_array() && n["normalizers"].empty();
 }
 
@@ -32,12 +34,12 @@ Status check_sections(const nlohmann::json& j) {
   // ByteLevel post-processing only adjusts offsets; anything else (TemplateProcessing, ...)
   // would add tokens that we do not add.
   if (j.contains("post_processor") && !j["post_processor"].is_null() &&
-      j["post_processor"].value("type", "") != "ByteLevel") {
-    return unimplemented("tokenizer.json: post_processor type '{}' is not supported (only ByteLevel)",
-                         j["post_processor"].value("type", ""));
+      section_type(j["post_processor"]) != "ByteLevel") {
+    return unimplemented("tokenizer.json: post_processor {} is not supported (only type ByteLevel)",
+                         j["post_processor"].dump());
   }
   const auto it = j.find("decoder");
-  if (it == j.end() || !it->is_object() || it->value("type", "") != "ByteLevel") {
+  if (it == j.end() || section_type(*it) != "ByteLevel") {
     return unimplemented("tokenizer.json: decoder {} is not supported (only ByteLevel)",
                          it == j.end() ? std::string("(missing)") : it->dump());
   }
@@ -49,6 +51,10 @@ Status check_sections(const nlohmann::json& j) {
 Result<Tokenizer> Tokenizer::load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found("cannot open tokenizer file '{}'", path);
+  // A directory opens, reads as empty and would be reported as invalid JSON.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return invalid_argument("tokenizer file '{}' is a directory, expected tokenizer.json", path);
   std::stringstream buffer;
   buffer << in.rdbuf();
   if (in.bad()) return internal_error("error reading tokenizer file '{}'", path);

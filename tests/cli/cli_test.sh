@@ -73,6 +73,16 @@ if "$bin" logits --model "$work/m" --token-ids "0,-1" --out "$work/x.npy" 2> "$w
 grep -q "neither a list of non-negative integers" "$work/err"
 "$bin" logits --model "$work/m" --token-ids " 1 , 2 " --out "$work/x.npy"
 python3 -c "import numpy as np; assert np.load('$work/x.npy').shape == (2, 1024)"
+# A malformed tokenizer.json is an answer naming the field (a wrong-typed field used to throw out
+# of nlohmann's value() and abort), and its path is named once.
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+json.dump({"decoder": {"type": "ByteLevel"}, "post_processor": "x", "model": {"type": "BPE"}}, open(f"{w}/bad_tok.json", "w"))
+PY
+if "$bin" generate --model "$work/m" --tokenizer "$work/bad_tok.json" --prompt hi 2> "$work/err"; then exit 1; fi
+grep -q 'post_processor "x" is not supported' "$work/err"
+[[ $(grep -o "bad_tok.json" "$work/err" | wc -l) == 1 ]]
 truncate -s 100 "$work/m/model-00003-of-00006.safetensors"
 if "$bin" inspect --model "$work/m" > "$work/inspect2.log"; then exit 1; fi
 grep -q "^INVALID" "$work/inspect2.log"

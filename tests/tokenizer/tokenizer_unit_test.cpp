@@ -117,6 +117,55 @@ TEST(TinyTokenizer, RejectsUnsupportedFeatures) {
   auto missing = Tokenizer::load("/nonexistent/tokenizer.json");
   ASSERT_FALSE(missing.is_ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  // A directory was reported as "not valid JSON".
+  auto dir = Tokenizer::load(::testing::TempDir());
+  ASSERT_FALSE(dir.is_ok());
+  EXPECT_NE(dir.status().message().find("is a directory"), std::string::npos) << dir.status().to_string();
+}
+
+// Fields of the wrong JSON type were read with nlohmann's value(), which throws type_error: the
+// CLI aborted with an uncaught exception instead of naming the field. Huge ids wrapped (an added
+// token id of 2^40 read as 0) or sized the per-id tables by gigabytes.
+TEST(TinyTokenizer, MalformedFieldsAreErrorsNotExceptions) {
+  struct Case {
+    const char* name;
+    std::function<void(nlohmann::json&)> edit;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"post_processor string", [](auto& j) { j["post_processor"] = "x"; }, "post_processor \"x\""},
+      {"post_processor type", [](auto& j) { j["post_processor"] = {{"type", 5}}; }, "post_processor"},
+      {"normalizer type", [](auto& j) { j["normalizer"] = {{"type", 5}}; }, "normalizer"},
+      {"decoder type", [](auto& j) { j["decoder"]["type"] = 5; }, "decoder"},
+      {"model type", [](auto& j) { j["model"]["type"] = 5; }, "model type '5'"},
+      {"pre_tokenizer type", [](auto& j) { j["pre_tokenizer"]["type"] = 5; }, "ByteLevel"},
+      {"stage type", [](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["type"] = 5; }, "stage type ''"},
+      {"split behavior", [](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = 5; },
+       "\"behavior\" must be a string, found 5"},
+      {"split invert", [](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["invert"] = "no"; },
+       "\"invert\" must be a boolean, found \"no\""},
+      {"byte-level use_regex", [](auto& j) { j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = 0; },
+       "\"use_regex\" must be a boolean"},
+      {"byte-level prefix", [](auto& j) { j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = "x"; },
+       "\"add_prefix_space\" must be a boolean"},
+      {"added special", [](auto& j) { j["added_tokens"][0]["special"] = "yes"; },
+       "added token 'xyz' (id 259): \"special\" must be a boolean"},
+      {"added normalized", [](auto& j) { j["added_tokens"][0]["normalized"] = 1; }, "\"normalized\" must be a boolean"},
+      {"added lstrip", [](auto& j) { j["added_tokens"][0]["lstrip"] = "no"; }, "\"lstrip\" must be a boolean"},
+      {"added id 2^40", [](auto& j) { j["added_tokens"][0]["id"] = int64_t(1) << 40; }, "id 1099511627776 is outside"},
+      {"vocab id 2^24", [](auto& j) { j["model"]["vocab"]["zz"] = 1 << 24; }, "token 'zz' has invalid id 16777216"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = tiny_config();
+    c.edit(j);
+    auto tok = Tokenizer::from_json_text(j.dump());
+    ASSERT_FALSE(tok.is_ok()) << c.name;
+    EXPECT_NE(tok.status().message().find(c.message), std::string::npos) << c.name << ": " << tok.status().to_string();
+  }
+  // Null is the same as absent, as before.
+  nlohmann::json j = tiny_config();
+  j["added_tokens"][0]["lstrip"] = nullptr;
+  EXPECT_TRUE(Tokenizer::from_json_text(j.dump()).is_ok());
 }
 
 }  // namespace
