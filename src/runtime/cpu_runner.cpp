@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "base/check.h"
 #include "kvcache/kv_layout.h"
 
@@ -93,6 +96,18 @@ Status CpuRunner::execute(const StepInput& in, StepOutput* out) {
       continue;
     }
     if (s.sample) {
+      // Non-finite weights in a checkpoint (or constants in its config) reach the logits as NaN. The
+      // sampler treats a NaN as a runner bug and aborts the process; this request fails instead.
+      const auto nan = std::find_if(logits_.begin(), logits_.end(), [](float v) { return std::isnan(v); });
+      if (nan != logits_.end()) {
+        state.reset();
+        slot_seq_[size_t(s.slot)] = -1;
+        out->failed.emplace_back(
+            s.seq_id, invalid_argument("the model computed a NaN logit (token {}) at position {}; non-finite "
+                                       "weights in the checkpoint are the usual cause",
+                                       nan - logits_.begin(), s.pos0 + int64_t(s.tokens.size()) - 1));
+        continue;
+      }
       DSV4_CHECK(s.sampling != nullptr, "sequence {}: sample without sampling parameters", s.seq_id);
       SampledToken t;
       t.seq_id = s.seq_id;

@@ -8,6 +8,7 @@
 
 #include "cpu/model.h"
 #include "model/make_model.h"
+#include "model/safetensors.h"
 #include "runtime/cpu_runner.h"
 
 namespace dsv4::runtime {
@@ -126,6 +127,42 @@ TEST_F(CpuRunnerTest, BadTokensFailOneSequenceAndBadOptionsAreRefused) {
   EXPECT_FALSE(CpuRunner::load(*dir_, "fp16", "fp8", 0).is_ok());
   EXPECT_FALSE(CpuRunner::load(*dir_, "bf16", "int8", 0).is_ok());
   EXPECT_FALSE(CpuRunner::load(*dir_ + "/missing", "bf16", "fp8", 0).is_ok());
+}
+
+// A checkpoint with a NaN in a norm weight produced NaN logits, and the sampler's NaN check aborted
+// `dsv4 generate` / the server; now that one request fails with a message.
+TEST_F(CpuRunnerTest, NanWeightsFailTheRequestInsteadOfAborting) {
+  const std::string dir = *dir_ + "_nan";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(*dir_ + "/config.json", dir + "/config.json");
+  {
+    auto store = TensorStore::open(*dir_);
+    ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+    SafetensorsWriter w;
+    for (const auto& [name, t] : (*store)->tensors()) {
+      std::vector<uint8_t> bytes(t.data, t.data + t.n_bytes);
+      if (name == "norm.weight") {
+        ASSERT_EQ(t.dtype, DType::kBF16);
+        for (size_t i = 0; i + 1 < bytes.size(); i += 2) bytes[i] = 0xc0, bytes[i + 1] = 0x7f;  // bf16 NaN
+      }
+      w.add(name, t.dtype, t.shape, std::move(bytes));
+    }
+    ASSERT_TRUE(w.write(dir + "/model.safetensors").is_ok());
+  }
+  auto runner = CpuRunner::load(dir, "fp32", "bf16", 0);
+  ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+  SamplingParams sp;
+  const std::vector<int32_t> ids{1, 2, 3};
+  StepInput in;
+  in.seqs.push_back({1, 0, {}, 0, std::span<const int32_t>(ids), 3, true, &sp, 0, 0});
+  StepOutput out;
+  ASSERT_TRUE((*runner)->execute(in, &out).is_ok());
+  EXPECT_TRUE(out.sampled.empty());
+  ASSERT_EQ(out.failed.size(), 1u);
+  EXPECT_EQ(out.failed[0].first, 1);
+  EXPECT_NE(out.failed[0].second.message().find("NaN logit"), std::string::npos) << out.failed[0].second.message();
+  fs::remove_all(dir);
 }
 
 }  // namespace
