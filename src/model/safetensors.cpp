@@ -227,12 +227,17 @@ Result<std::vector<TensorInfo>> parse_safetensors(const uint8_t* data, size_t si
   std::vector<size_t> order(ranges.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
-  for (size_t i = 1; i < order.size(); ++i) {
-    const auto& prev = ranges[order[i - 1]];
-    const auto& cur = ranges[order[i]];
-    if (cur.first < prev.second && cur.first != cur.second && prev.first != prev.second)
-      return invalid_argument("{}: tensors '{}' [{}, {}] and '{}' [{}, {}] overlap", origin, out[order[i - 1]].name,
-                              prev.first, prev.second, out[order[i]].name, cur.first, cur.second);
+  // Each non-empty range is checked against the furthest-reaching non-empty range before it (not
+  // just its neighbour: an empty tensor sorted in between must not hide an overlap).
+  const size_t kNone = ~size_t(0);
+  size_t reach = kNone;
+  for (size_t i : order) {
+    const auto& cur = ranges[i];
+    if (cur.first == cur.second) continue;  // empty tensors occupy no bytes
+    if (reach != kNone && cur.first < ranges[reach].second)
+      return invalid_argument("{}: tensors '{}' [{}, {}] and '{}' [{}, {}] overlap", origin, out[reach].name,
+                              ranges[reach].first, ranges[reach].second, out[i].name, cur.first, cur.second);
+    if (reach == kNone || cur.second > ranges[reach].second) reach = i;
   }
   return out;
 }

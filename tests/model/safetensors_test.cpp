@@ -83,6 +83,22 @@ TEST(Safetensors, RejectsMalformedFiles) {
                "overlap");
 }
 
+// Overlaps were checked between neighbours in offset order only, skipping pairs with an empty
+// tensor: an empty tensor sorted between two overlapping ones hid the overlap.
+TEST(Safetensors, EmptyTensorDoesNotHideAnOverlap) {
+  expect_error(make_file(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                         R"("e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},)"
+                         R"("c":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})",
+                         16),
+               "tensors 'a' [0, 16] and 'c' [12, 16] overlap");
+  // Empty tensors anywhere (even inside another's bytes) are fine: they occupy nothing.
+  auto f = make_file(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                     R"("e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},)"
+                     R"("c":{"dtype":"F32","shape":[1],"data_offsets":[16,20]}})",
+                     20);
+  EXPECT_TRUE(parse(f).is_ok()) << parse(f).to_string();
+}
+
 std::string tmp_dir(const char* name) {
   const fs::path p = fs::temp_directory_path() / (std::string("dsv4_st_") + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
