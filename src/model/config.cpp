@@ -392,6 +392,21 @@ Status ModelConfig::validate() const {
   DSV4_RETURN_IF_ERROR(positive("sliding_window", sliding_window));
   DSV4_RETURN_IF_ERROR(positive("hc_mult", hc_mult));
   DSV4_RETURN_IF_ERROR(positive("hc_sinkhorn_iters", hc_sinkhorn_iters));
+  // The derived sizes (hc_dim(), q_dim(), ...) are ints; products that overflow would reach the
+  // loader's shape checks as garbage (and are undefined behaviour).
+  for (const auto& [name, v] : {std::pair{"hc_mult x hidden_size", int64_t(hc_mult) * hidden},
+                                {"(2 + hc_mult) x hc_mult", int64_t(2 + int64_t(hc_mult)) * hc_mult},
+                                {"num_attention_heads x head_dim", int64_t(n_heads) * head_dim},
+                                {"o_groups x o_lora_rank", int64_t(o_groups) * o_lora_rank},
+                                {"2 x moe_intermediate_size", 2 * int64_t(moe_inter)}})
+    if (v > std::numeric_limits<int>::max())
+      return invalid_argument("{} = {} is too large (at most {})", name, v, std::numeric_limits<int>::max());
+  if (max_position_embeddings < 0)
+    return invalid_argument("max_position_embeddings must be >= 0, found {}", max_position_embeddings);
+  if (bos_token_id < 0 || bos_token_id >= vocab_size)
+    return invalid_argument("bos_token_id must be in [0, vocab_size = {}), found {}", vocab_size, bos_token_id);
+  if (eos_token_id < 0 || eos_token_id >= vocab_size)
+    return invalid_argument("eos_token_id must be in [0, vocab_size = {}), found {}", vocab_size, eos_token_id);
   // The CPU reference keeps a [sliding_window, head_dim] fp32 window per layer and runs the Sinkhorn
   // loop hc_sinkhorn_iters times per sublayer and token; DeepSeek-V4 uses 128 and 20. Values far
   // beyond those are corrupt configs: refusing them here beats a std::bad_alloc or an endless run.

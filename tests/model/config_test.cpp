@@ -229,6 +229,21 @@ TEST(Config, OutOfRangeAndUnrunnableValuesAreErrors) {
   j["rms_norm_eps"] = -1.0;
   check(j, "rms_norm_eps must be >= 0");
   j = flash_legacy();
+  j["hc_mult"] = 2147483647;  // hc_dim() = hc_mult * hidden overflowed int (UBSan) into the shape checks
+  check(j, "hc_mult x hidden_size = 8796093018112 is too large");
+  j = flash_legacy();
+  j["head_dim"] = 1 << 30;
+  check(j, "num_attention_heads x head_dim = 68719476736 is too large");
+  j = flash_legacy();
+  j["max_position_embeddings"] = -1;
+  check(j, "max_position_embeddings must be >= 0");
+  j = flash_legacy();
+  j["eos_token_id"] = 129280;  // a token generation can never produce: it would never stop at EOS
+  check(j, "eos_token_id must be in [0, vocab_size = 129280), found 129280");
+  j = flash_legacy();
+  j["bos_token_id"] = -1;
+  check(j, "bos_token_id must be in [0, vocab_size = 129280), found -1");
+  j = flash_legacy();
   j["hidden_size"] = 4096.0;  // a whole-valued float is still the integer it spells
   auto ok = ModelConfig::from_json(j, "cfg");
   ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
