@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
 
 #include "base/npy.h"
 #include "cpu/model.h"
@@ -130,10 +131,23 @@ int run_logits(const LogitsArgs& a) {
     fmt::print(stderr, "logits: the token id array is empty\n");
     return 1;
   }
+  if (cfg->max_position_embeddings > 0 && T > cfg->max_position_embeddings) {
+    fmt::print(stderr, "logits: {} token ids, more than the model's max_position_embeddings = {}\n", T,
+               cfg->max_position_embeddings);
+    return 1;
+  }
   // The GPU keeps all rows' logits of a step on the device: its default chunk bounds that buffer.
   const int64_t chunk = a.chunk > 0 ? a.chunk : (a.device == "cuda" ? std::min<int64_t>(T, 512) : T);
   const int64_t V = cfg->vocab_size;
-  std::vector<float> logits(size_t(T * V));
+  // The whole [T, vocab] output is held in memory; too many ids must be an answer, not std::bad_alloc.
+  std::vector<float> logits;
+  try {
+    logits.resize(size_t(T * V));
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "logits: cannot allocate the [{}, {}] fp32 output ({:.1f} GiB); pass fewer token ids\n", T, V,
+               double(T) * double(V) * 4.0 / double(1 << 30));
+    return 1;
+  }
   Selections selections(*cfg);
   Selections* sel = a.selected.empty() ? nullptr : &selections;
   const auto t0 = std::chrono::steady_clock::now();

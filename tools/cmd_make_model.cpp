@@ -1,6 +1,8 @@
 // cmd_make_model.cpp: `dsv4 make-model`, a random-weight checkpoint in the real layouts.
 #include <fmt/format.h>
 
+#include <new>
+
 #include "model/make_model.h"
 #include "tools/commands.h"
 
@@ -22,7 +24,16 @@ void register_make_model(CLI::App& app, int& exit_code) {
   cmd->add_option("--out", opts->out_dir, "output directory")->required();
   cmd->callback([opts, &exit_code] {
     std::string summary;
-    const Status st = make_model(*opts, &summary);
+    Status st;
+    // Each shard is built in memory: sizes the machine cannot hold must be an answer, not an abort.
+    try {
+      st = make_model(*opts, &summary);
+    } catch (const std::bad_alloc&) {
+      st = Status(StatusCode::kResourceExhausted,
+                  fmt::format("not enough memory to build a shard of this checkpoint (preset {}, {} experts, vocab "
+                              "{}); use smaller --experts / --vocab",
+                              opts->preset, opts->experts, opts->vocab));
+    }
     if (!st.is_ok()) {
       fmt::print(stderr, "make-model: {}\n", st.to_string());
       exit_code = 1;

@@ -244,6 +244,9 @@ Result<ModelConfig> make_model_config(const MakeModelOptions& o) {
   c.config_style = "deepseek-hf";
   c.model_type = "deepseek_v4";
   if (o.layers <= 0) return invalid_argument("--layers must be positive, found {}", o.layers);
+  // 0 selects the preset's default; a negative value used to select it silently too.
+  if (o.experts < 0) return invalid_argument("--experts must be positive (or 0: the preset's), found {}", o.experts);
+  if (o.vocab < 0) return invalid_argument("--vocab must be positive (or 0: the preset's), found {}", o.vocab);
   int hca_rate = 128;
   if (o.preset == "tiny") {
     c.vocab_size = 1024;

@@ -83,6 +83,16 @@ PY
 if "$bin" generate --model "$work/m" --tokenizer "$work/bad_tok.json" --prompt hi 2> "$work/err"; then exit 1; fi
 grep -q 'post_processor "x" is not supported' "$work/err"
 [[ $(grep -o "bad_tok.json" "$work/err" | wc -l) == 1 ]]
+# Sizes that do not fit in memory are answers, not std::bad_alloc aborts (ulimit -v makes the
+# allocation fail on any machine): a huge make-model vocabulary, and a [T, vocab] logits output.
+if (ulimit -v 4000000; "$bin" make-model --vocab 100000000 --layers 1 --out "$work/huge") 2> "$work/err"; then exit 1; fi
+grep -q "not enough memory to build a shard" "$work/err"
+"$bin" make-model --vocab 65536 --layers 1 --out "$work/v64k" > /dev/null
+python3 -c "import numpy as np; np.save('$work/long.npy', np.zeros(65537, dtype=np.int32)); np.save('$work/64k.npy', np.zeros(65536, dtype=np.int32))"
+if "$bin" logits --model "$work/v64k" --token-ids "$work/long.npy" --out "$work/x.npy" 2> "$work/err"; then exit 1; fi
+grep -q "more than the model's max_position_embeddings = 65536" "$work/err"
+if (ulimit -v 8000000; "$bin" logits --model "$work/v64k" --token-ids "$work/64k.npy" --out "$work/x.npy") 2> "$work/err"; then exit 1; fi
+grep -q "cannot allocate the \[65536, 65536\] fp32 output" "$work/err"
 truncate -s 100 "$work/m/model-00003-of-00006.safetensors"
 if "$bin" inspect --model "$work/m" > "$work/inspect2.log"; then exit 1; fi
 grep -q "^INVALID" "$work/inspect2.log"

@@ -182,6 +182,13 @@ TEST(MakeModel, RejectsBadOptions) {
   o.layer_types = {"swa", "mla"};
   o.layers = 2;
   EXPECT_NE(make_model(o, nullptr).message().find("'mla'"), std::string::npos);
+  o.layer_types.clear();
+  // Negative sizes used to fall back to the preset's defaults silently.
+  o.experts = -3;
+  EXPECT_NE(make_model(o, nullptr).message().find("--experts must be positive"), std::string::npos);
+  o.experts = 0;
+  o.vocab = -1;
+  EXPECT_NE(make_model(o, nullptr).message().find("--vocab must be positive"), std::string::npos);
   fs::remove_all(o.out_dir);
 }
 
