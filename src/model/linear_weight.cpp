@@ -42,6 +42,14 @@ Status expect(const TensorInfo* t, const std::string& name, std::initializer_lis
   return Status::ok();
 }
 
+// One 32-bit word holds 8 consecutive in-features and takes one scale when dequantized, so a
+// quantization group must cover whole words.
+Status check_int4_group(const std::string& scales_name, int group_size) {
+  if (group_size % 8 != 0)
+    return unimplemented("tensor '{}': INT4 group size {} is not a multiple of 8", scales_name, group_size);
+  return Status::ok();
+}
+
 constexpr std::initializer_list<DType> kFloatTypes = {DType::kBF16, DType::kF16, DType::kF32};
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -72,6 +80,7 @@ Result<LinearWeight> find_linear(TensorIndex& index, const std::string& prefix, 
       return invalid_argument("tensor '{}.scales': expected [K/group, {}] with K = {}, found {}", prefix, n, k,
                               shape_str(w.scales->shape));
     w.group_size = int(k / w.scales->shape[0]);
+    DSV4_RETURN_IF_ERROR(check_int4_group(prefix + ".scales", w.group_size));
     DSV4_RETURN_IF_ERROR(expect(w.scales, prefix + ".scales", kFloatTypes, {k / w.group_size, n}));
     w.qzeros = index.take(prefix + ".qzeros");
     DSV4_RETURN_IF_ERROR(expect(w.qzeros, prefix + ".qzeros", {DType::kI32}, {k / w.group_size, ceil_div(n, 8)}));
@@ -116,6 +125,7 @@ Result<LinearWeight> find_linear(TensorIndex& index, const std::string& prefix, 
       return invalid_argument("tensor '{}.weight_scale': expected [{}, K/group] with K = {}, found {}", prefix, n, k,
                               shape_str(w.scales->shape));
     w.group_size = int(k / w.scales->shape[1]);
+    DSV4_RETURN_IF_ERROR(check_int4_group(prefix + ".weight_scale", w.group_size));
     DSV4_RETURN_IF_ERROR(expect(w.scales, prefix + ".weight_scale", kFloatTypes, {n, k / w.group_size}));
     if (const TensorInfo* ws = index.take(prefix + ".weight_shape")) {
       DSV4_RETURN_IF_ERROR(expect(ws, prefix + ".weight_shape", {DType::kI64, DType::kI32}, {2}));

@@ -199,5 +199,21 @@ TEST_F(LinearWeightTest, WrongShapesAreNamed) {
   EXPECT_NE(missing.status().message().find("layers.0.attn.wq_a"), std::string::npos);
 }
 
+// One INT4 word packs 8 consecutive in-features and the dequantization applies one scale per word,
+// so a group that is not a multiple of 8 (here 4, which K % rows-of-scales accepted) was dequantized
+// with the wrong scale for half of every word: silently wrong weights.
+TEST_F(LinearWeightTest, Int4GroupNotAMultipleOf8IsRefused) {
+  const int64_t N = 8, K = 32, G = 4;
+  std::vector<int> q(size_t(K * N), 3), z(size_t(K / G * N), 7);
+  std::vector<float> s(size_t(K / G * N));
+  for (size_t i = 0; i < s.size(); ++i) s[i] = float(i + 1);
+  SafetensorsWriter w;
+  add_gptq(w, "p", N, K, G, q, s, z);
+  auto lw = write_and_find(w, "p", N, K);
+  ASSERT_FALSE(lw.is_ok());
+  EXPECT_NE(lw.status().message().find("group size 4 is not a multiple of 8"), std::string::npos)
+      << lw.status().message();
+}
+
 }  // namespace
 }  // namespace dsv4
