@@ -56,12 +56,14 @@ class Loader {
     // HF transformers stores the routed experts fused: gate_up_proj [E, 2I, D], down_proj [E, D, I].
     if (const TensorInfo* gu = idx_.take(p + ".experts.gate_up_proj")) {
       const TensorInfo* dn = idx_.take(p + ".experts.down_proj");
-      if (!dtype_is_float(gu->dtype) || gu->shape != std::vector<int64_t>{E, 2 * I, D})
-        return invalid_argument("tensor '{}': expected float [{}, {}, {}], found {} {}", gu->name, E, 2 * I, D,
-                                dtype_name(gu->dtype), shape_str(gu->shape));
+      // The slices are dense linears, read as BF16, F32 or F16 (an F64 tensor was read as F16).
+      auto dense_dtype = [](DType t) { return t == DType::kBF16 || t == DType::kF16 || t == DType::kF32; };
+      if (!dense_dtype(gu->dtype) || gu->shape != std::vector<int64_t>{E, 2 * I, D})
+        return invalid_argument("tensor '{}': expected BF16/F16/F32 [{}, {}, {}], found {} {}", gu->name, E, 2 * I,
+                                D, dtype_name(gu->dtype), shape_str(gu->shape));
       if (!dn) return not_found("missing tensor '{}.experts.down_proj' next to gate_up_proj", p);
-      if (!dtype_is_float(dn->dtype) || dn->shape != std::vector<int64_t>{E, D, I})
-        return invalid_argument("tensor '{}': expected float [{}, {}, {}], found {} {}", dn->name, E, D, I,
+      if (!dense_dtype(dn->dtype) || dn->shape != std::vector<int64_t>{E, D, I})
+        return invalid_argument("tensor '{}': expected BF16/F16/F32 [{}, {}, {}], found {} {}", dn->name, E, D, I,
                                 dtype_name(dn->dtype), shape_str(dn->shape));
       for (int e = 0; e < E; ++e) {
         auto slice = [&](const TensorInfo* t, const char* what, int64_t n, int64_t k, int64_t row0) {

@@ -197,7 +197,21 @@ TEST_F(LoaderTest, FusedHfExpertsWithWrongShape) {
     t["model.layers.3.mlp.experts.gate_up_proj"] = Entry{DType::kBF16, {7, 256, 128}, std::vector<uint8_t>(7 * 256 * 128 * 2)};
     t["model.layers.3.mlp.experts.down_proj"] = Entry{DType::kBF16, {7, 128, 128}, std::vector<uint8_t>(7 * 128 * 128 * 2)};
   });
-  expect_error({"gate_up_proj", "expected float [8, 256, 128]", "[7, 256, 128]"});
+  expect_error({"gate_up_proj", "expected BF16/F16/F32 [8, 256, 128]", "[7, 256, 128]"});
+}
+
+// F64 passed the fused experts' "float" check, and the dense dequantization read its 8-byte
+// elements as F16: silently wrong expert weights.
+TEST_F(LoaderTest, FusedHfExpertsInF64AreRefused) {
+  rewrite([](Tensors& t) {
+    for (int e = 0; e < 8; ++e)
+      for (const char* w : {"w1", "w2", "w3"})
+        for (const char* part : {"qweight", "qzeros", "scales"})
+          t.erase("layers.3.ffn.experts." + std::to_string(e) + "." + w + "." + part);
+    t["model.layers.3.mlp.experts.gate_up_proj"] = Entry{DType::kF64, {8, 256, 128}, std::vector<uint8_t>(8 * 256 * 128 * 8)};
+    t["model.layers.3.mlp.experts.down_proj"] = Entry{DType::kBF16, {8, 128, 128}, std::vector<uint8_t>(8 * 128 * 128 * 2)};
+  });
+  expect_error({"gate_up_proj", "expected BF16/F16/F32 [8, 256, 128]", "found F64 [8, 256, 128]"});
 }
 
 }  // namespace
