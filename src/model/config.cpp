@@ -56,8 +56,9 @@ Status integer_value(const json& v, const std::string& what, T& out) {
     out = T(i);
   } else if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (!std::isfinite(d) || d != std::floor(d)) return invalid_argument("{} must be an integer, found {}", what, v.dump());
-    if (d < double(lo) || d >= -2.0 * double(std::numeric_limits<T>::min())) return out_of_range();
+    if (!std::isfinite(d) || d != std::floor(d))
+      return invalid_argument("{} must be an integer, found {}", what, v.dump());
+    if (d < double(lo) || d >= -double(lo)) return out_of_range();  // -lo = hi + 1, exact in a double
     out = T(d);
   } else {
     return invalid_argument("{} must be an integer, found {}", what, v.type_name());
@@ -360,7 +361,8 @@ Result<ModelConfig> ModelConfig::load(const std::string& model_dir) {
   if (!in) return not_found("cannot open '{}': {}", path, std::strerror(errno));
   // Opening a directory succeeds, and reading it throws out of the parser (EISDIR).
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return invalid_argument("'{}' is a directory, expected a JSON file", path);
+  if (std::filesystem::is_directory(path, ec))
+    return invalid_argument("'{}' is a directory, expected a JSON file", path);
   json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return invalid_argument("'{}' is not valid JSON", path);
   DSV4_ASSIGN_OR_RETURN(ModelConfig c, from_json(j, path));
@@ -415,7 +417,8 @@ Status ModelConfig::validate() const {
   if (hc_sinkhorn_iters > kMaxSinkhornIters)
     return invalid_argument("hc_sinkhorn_iters must be at most {}, found {}", kMaxSinkhornIters, hc_sinkhorn_iters);
   // Non-positive rope bases and negative epsilons give NaN activations, not an error.
-  for (const auto& [name, theta] : {std::pair{"rope_theta", rope_main.theta}, {"compress_rope_theta", rope_compress.theta}})
+  for (const auto& [name, theta] :
+       {std::pair{"rope_theta", rope_main.theta}, {"compress_rope_theta", rope_compress.theta}})
     if (!(theta > 0.0) || !std::isfinite(theta))
       return invalid_argument("{} must be positive and finite, found {}", name, theta);
   if (rope_compress.yarn && !(rope_compress.factor > 0.0))

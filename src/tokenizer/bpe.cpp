@@ -39,8 +39,8 @@ void MergeTable::build(const std::vector<std::array<uint32_t, 4>>& merges) {
 
 Result<BpeModel> BpeModel::from_json(const nlohmann::json& model) {
   if (const std::string type = section_type(model); type != "BPE") {
-    return unimplemented("tokenizer model type '{}' is not supported (only BPE)",
-                         !type.empty() ? type : model.is_object() && model.contains("type") ? model["type"].dump() : "?");
+    const std::string found = !type.empty() ? type : model.contains("type") ? model["type"].dump() : "?";
+    return unimplemented("tokenizer model type '{}' is not supported (only BPE)", found);
   }
   auto is_set = [&](const char* key) {
     const auto it = model.find(key);

@@ -208,6 +208,12 @@ TEST(Config, OutOfRangeAndUnrunnableValuesAreErrors) {
   j["head_dim"] = 4294967808.0;
   check(j, "field 'head_dim' = 4294967808.0 is out of range");
   j = flash_legacy();
+  j["head_dim"] = 3000000000.0;  // between 2^31 and 2^32
+  check(j, "field 'head_dim' = 3000000000.0 is out of range");
+  j = flash_legacy();
+  j["max_position_embeddings"] = 1e19;  // between 2^63 and 2^64, for the int64 field
+  check(j, "field 'max_position_embeddings' = 1e+19 is out of range");
+  j = flash_legacy();
   j["eos_token_id"] = json::array({int64_t(1) << 40});
   check(j, "eos_token_id[0] = 1099511627776 is out of range");
   j = flash_legacy();
