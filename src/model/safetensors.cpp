@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "base/check.h"
 #include "base/numeric.h"
@@ -170,9 +171,20 @@ Result<std::vector<TensorInfo>> parse_safetensors(const uint8_t* data, size_t si
   if (header_len > kMaxHeaderBytes)
     return invalid_argument("{}: header length {} exceeds the limit of {} bytes", origin, header_len, kMaxHeaderBytes);
   const char* hbegin = reinterpret_cast<const char*>(data + 8);
-  json header = json::parse(hbegin, hbegin + header_len, nullptr, /*allow_exceptions=*/false);
+  // A JSON object keeps the last of two equal keys: a tensor named twice would silently lose its
+  // first entry, so top-level keys are collected while parsing.
+  std::set<std::string> keys;
+  std::string duplicate;
+  const json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1 && !keys.insert(parsed.get<std::string>()).second &&
+        duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  json header = json::parse(hbegin, hbegin + header_len, on_event, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object())
     return invalid_argument("{}: header is not a JSON object", origin);
+  if (!duplicate.empty()) return invalid_argument("{}: header names '{}' more than once", origin, duplicate);
 
   const uint8_t* body = data + 8 + header_len;
   const uint64_t body_size = size - 8 - header_len;

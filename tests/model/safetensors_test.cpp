@@ -83,6 +83,19 @@ TEST(Safetensors, RejectsMalformedFiles) {
                "overlap");
 }
 
+// JSON keeps the last of two equal keys, so a tensor named twice silently lost its first entry.
+TEST(Safetensors, RejectsATensorNamedTwice) {
+  expect_error(make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                         R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                         8),
+               "header names 'a' more than once");
+  // Only top-level keys are tensor names: a metadata key spelled like a tensor is fine.
+  auto f = make_file(R"({"__metadata__":{"a":"x"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                     R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                     8);
+  EXPECT_TRUE(parse(f).is_ok()) << parse(f).to_string();
+}
+
 // Overlaps were checked between neighbours in offset order only, skipping pairs with an empty
 // tensor: an empty tensor sorted between two overlapping ones hid the overlap.
 TEST(Safetensors, EmptyTensorDoesNotHideAnOverlap) {
