@@ -18,7 +18,7 @@ int64_t NpyArray::numel() const {
 Result<std::vector<int32_t>> NpyArray::as_int32() const {
   std::vector<int32_t> out(static_cast<size_t>(numel()));
   if (dtype == "<i4") {
-    std::memcpy(out.data(), data.data(), out.size() * 4);
+    if (!out.empty()) std::memcpy(out.data(), data.data(), out.size() * 4);  // empty: data() may be null
   } else if (dtype == "<i8") {
     for (size_t i = 0; i < out.size(); ++i) {
       int64_t v;
@@ -35,7 +35,7 @@ Result<std::vector<int32_t>> NpyArray::as_int32() const {
 Result<std::vector<float>> NpyArray::as_float32() const {
   if (dtype != "<f4") return invalid_argument("expected a float32 array, found dtype '{}'", dtype);
   std::vector<float> out(static_cast<size_t>(numel()));
-  std::memcpy(out.data(), data.data(), out.size() * 4);
+  if (!out.empty()) std::memcpy(out.data(), data.data(), out.size() * 4);  // empty: data() may be null
   return out;
 }
 

@@ -35,6 +35,22 @@ TEST(Npy, RoundTripFloatAndInt) {
   std::remove(q.c_str());
 }
 
+// An empty array has no data: memcpy from its null data() was undefined behaviour (UBSan aborted
+// `dsv4 logits --token-ids empty.npy` before it could say the array is empty).
+TEST(Npy, EmptyArrays) {
+  const std::string p = temp_path("empty.npy");
+  ASSERT_TRUE(write_npy_i32(p, {0}, nullptr).is_ok());
+  auto a = read_npy(p);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{0}));
+  EXPECT_TRUE(a->as_int32().value().empty());
+  ASSERT_TRUE(write_npy_f32(p, {0, 4}, nullptr).is_ok());
+  auto b = read_npy(p);
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  EXPECT_TRUE(b->as_float32().value().empty());
+  std::remove(p.c_str());
+}
+
 TEST(Npy, RejectsMalformed) {
   const std::string p = temp_path("bad.npy");
   {
