@@ -420,9 +420,13 @@ Result<std::unique_ptr<Engine>> Engine::start(const EngineConfig& c, std::unique
   lim.max_num_seqs = c.max_num_seqs;
   lim.block_tokens = kv::kBlockTokens;
   int64_t max_len = c.max_model_len > 0 ? c.max_model_len : info.max_positions;
+  // Block counts in int64: a model that claims 2^40 positions needs 2^32 blocks for one sequence,
+  // which kv::blocks_for_tokens (int32, sized for real pools) would wrap to 0.
+  constexpr int64_t kMaxPoolBlocks = int64_t(1) << 24;  // 4G tokens: far beyond any real pool
+  const int64_t seq_blocks = (max_len + kv::kBlockTokens - 1) / kv::kBlockTokens;
   int64_t blocks = c.num_kv_blocks;
-  if (blocks == 0) blocks = int64_t(c.max_num_seqs) * kv::blocks_for_tokens(max_len);
-  blocks = std::min<int64_t>(blocks, int64_t(1) << 24);  // 4G tokens: far beyond any real pool
+  if (blocks == 0) blocks = int64_t(c.max_num_seqs) * std::min(seq_blocks, kMaxPoolBlocks);
+  blocks = std::min(blocks, kMaxPoolBlocks);
   if (info.max_kv_blocks > 0) {
     if (c.num_kv_blocks > info.max_kv_blocks) {
       return invalid_argument("--num-gpu-blocks {} exceeds the {} KV blocks runner {} has room for", c.num_kv_blocks,
@@ -435,7 +439,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const EngineConfig& c, std::unique
       return invalid_argument(
           "--max-model-len {} needs {} KV blocks of {} tokens for one sequence, but the pool has {} "
           "(--num-gpu-blocks); lower --max-model-len or add blocks",
-          c.max_model_len, kv::blocks_for_tokens(c.max_model_len), kv::kBlockTokens, blocks);
+          c.max_model_len, seq_blocks, kv::kBlockTokens, blocks);
     }
     max_len = blocks * kv::kBlockTokens;  // the model's length does not fit: serve what does
   }

@@ -237,6 +237,29 @@ TEST(Engine, RefusesWithReasons) {
   EXPECT_GE(e->metrics().refused_total, 5u);
 }
 
+TEST(Engine, AModelOfHugeLengthServesWhatThePoolHolds) {
+  DSV4_REQUIRE_TOKENIZER();
+  // A checkpoint claiming 2^40 positions, with the pool sized automatically: the block count for
+  // one sequence (2^32) once wrapped to 0 in int32, and the engine served a context of 0 tokens.
+  const tok::Tokenizer& t = *v4_tokenizer();
+  auto s = runtime::parse_script(kScript, "test", [&t](std::string_view x) { return t.encode(x, true); });
+  ASSERT_TRUE(s.is_ok());
+  auto decode = [&t](std::span<const int32_t> ids) {
+    auto r = t.decode(ids, false);
+    return r.is_ok() ? r.value() : std::string();
+  };
+  auto runner = std::make_unique<runtime::ScriptedRunner>(std::move(s).value(), decode, t.n_ids(), 1,
+                                                          int64_t(1) << 40, "test");
+  EngineConfig c;
+  c.max_num_seqs = 1;  // max_model_len 0: the model's length, capped by the pool
+  auto e = Engine::start(c, std::move(runner), v4_tokenizer());
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  EXPECT_EQ((*e)->limits().max_model_len, (int64_t(1) << 24) * (*e)->limits().block_tokens);
+  auto r = (*e)->submit(request("hi", 8));
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(collect(*r).text, "Hello from the script.");
+}
+
 TEST(Engine, ShutdownEndsOpenRequests) {
   DSV4_REQUIRE_TOKENIZER();
   auto e = start(scripted(kScript, 2));
