@@ -255,6 +255,17 @@ void Engine::Impl::step(const StepPlan& plan) {
     for (const auto& s : plan.seqs) step_out.failed.emplace_back(s.req->seq_id, st);
     step_out.sampled.clear();
   }
+  // A token outside the vocabulary means the logits were not numbers (a checkpoint's NaN weights
+  // reach the GPU sampler as NaN logits): that request fails, rather than feeding the id back to
+  // the runner's embedding or the detokenizer.
+  std::erase_if(step_out.sampled, [&](const runtime::SampledToken& t) {
+    if (t.token.token >= 0 && t.token.token < limits.vocab_size) return false;
+    step_out.failed.emplace_back(
+        t.seq_id, internal_error("the runner sampled token {}, outside the vocabulary [0, {}); non-finite logits "
+                                 "(NaN or infinite weights in the checkpoint) are the usual cause",
+                                 t.token.token, limits.vocab_size));
+    return true;
+  });
   for (const auto& [id, status] : step_out.failed) failed.insert(id);
   for (const auto& s : plan.seqs) {
     if (!failed.count(s.req->seq_id)) s.req->n_computed += s.n_tokens;

@@ -260,6 +260,35 @@ TEST(Engine, AModelOfHugeLengthServesWhatThePoolHolds) {
   EXPECT_EQ(collect(*r).text, "Hello from the script.");
 }
 
+// Forwards to a runner and replaces every sampled id with one past the vocabulary, as a sampler
+// fed NaN logits may return.
+class OutOfVocabRunner : public runtime::ModelRunner {
+ public:
+  explicit OutOfVocabRunner(std::unique_ptr<runtime::ModelRunner> inner) : inner_(std::move(inner)) {}
+  const runtime::RunnerInfo& info() const override { return inner_->info(); }
+  Status execute(const runtime::StepInput& in, runtime::StepOutput* out) override {
+    DSV4_RETURN_IF_ERROR(inner_->execute(in, out));
+    for (runtime::SampledToken& t : out->sampled) t.token.token = inner_->info().vocab_size;
+    return Status::ok();
+  }
+  void release(int64_t seq_id, int32_t slot) override { inner_->release(seq_id, slot); }
+
+ private:
+  std::unique_ptr<runtime::ModelRunner> inner_;
+};
+
+TEST(Engine, ASampledIdOutsideTheVocabularyFailsTheRequest) {
+  DSV4_REQUIRE_TOKENIZER();
+  auto e = start(std::make_unique<OutOfVocabRunner>(scripted(kScript)));
+  auto r = e->submit(request("hi", 8));
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const Collected c = collect(*r);
+  EXPECT_EQ(c.last.finish, FinishReason::kError);
+  EXPECT_NE(c.last.error.message().find("outside the vocabulary"), std::string::npos) << c.last.error.to_string();
+  EXPECT_TRUE(c.tokens.empty());
+  expect_idle(*e);
+}
+
 TEST(Engine, ShutdownEndsOpenRequests) {
   DSV4_REQUIRE_TOKENIZER();
   auto e = start(scripted(kScript, 2));
