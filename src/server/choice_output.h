@@ -26,23 +26,24 @@ class ChoiceParser {
   int n_tool_calls() const { return n_tool_calls_; }
 
  private:
-  void recover(tok::OutputState before, size_t before_size, size_t held_before, size_t emitted, size_t consumed,
-               tok::OutputDelta* delta);
-  void account(tok::OutputState before, size_t before_size, size_t text_size, const tok::OutputDelta& d,
-               size_t* emitted, size_t* consumed);
+  void recover(tok::OutputState at, tok::OutputDelta* delta);
+  void account(tok::OutputState before, size_t before_size, size_t text_size, const tok::OutputDelta& d);
   // Merges the parser's output d of one feed (text_size bytes) or finish (0) into delta; on the
   // parser's error st, keeps the first problem and recovers what the parser held.
-  void take(tok::OutputState before, size_t before_size, size_t held_before, size_t text_size, tok::OutputDelta& d,
-            const Status& st, tok::OutputDelta* delta);
+  void take(tok::OutputState before, size_t before_size, size_t text_size, tok::OutputDelta& d, const Status& st,
+            tok::OutputDelta* delta);
 
   tok::OutputParser parser_;
   tok::ThinkingMode mode_;
   std::string all_;          // every byte fed
   size_t held_ = 0;          // bytes the parser holds back (reasoning / content states)
+  size_t unparsed_from_ = 0; // before any DSML block: where the text not yet emitted or consumed begins
+  bool in_block_ = false;    // a DSML block has begun
   size_t block_start_ = 0;   // where the DSML block began in all_
   int n_tool_calls_ = 0;
-  bool raw_ = false;         // after a parse error: pass text through
+  bool raw_ = false;         // after a parse error: pass text through (or drop it: raw_drop_)
   bool raw_reasoning_ = false;
+  bool raw_drop_ = false;
   std::string problem_;
 };
 

@@ -150,6 +150,7 @@ Status OutputParser::run_markers(OutputDelta* delta, bool at_end, bool* progress
   }
   if (m == Marker::kToolCalls) {
     state_ = OutputState::kToolCalls;
+    saw_tool_calls_ = true;
     return Status::ok();
   }
   return invalid_argument("unexpected {} in the {}", marker_name(m), where);

@@ -45,6 +45,8 @@ class OutputParser {
   Status finish(OutputDelta* delta);
 
   OutputState state() const { return state_; }
+  // Whether a DSML block has begun (the state may have moved on past it, to kDone).
+  bool saw_tool_calls() const { return saw_tool_calls_; }
 
  private:
   Status advance(OutputDelta* delta, bool at_end);
@@ -52,6 +54,7 @@ class OutputParser {
   Status after_tools(bool* progressed);
 
   OutputState state_;
+  bool saw_tool_calls_ = false;
   std::string pending_;  // received but not yet emitted or consumed
   DsmlBlockParser dsml_;
   Status error_;

@@ -269,6 +269,45 @@ TEST(ChoiceParser, MalformedOutputIsPassedThroughNotLost) {
   }
 }
 
+// With ignore_eos and skip_special_tokens false the EOS reaches the parser as text, and more may
+// follow it. That text does not parse: it is passed through once, with the EOS, however it was
+// split (it used to repeat all the content before it when it came in a later piece, and to lose
+// the EOS when it came in the same one).
+TEST(ChoiceParser, TextAfterEosIsPassedThroughOnce) {
+  const std::string eos = "<｜end▁of▁sentence｜>";
+  for (size_t step = 1; step <= 40; ++step) {
+    tok::OutputDelta d = split("abc" + eos + "def", tok::ThinkingMode::kChat, step);
+    EXPECT_EQ(d.content, "abc" + eos + "def") << step;
+    d = split("r</think>abc" + eos + "def", tok::ThinkingMode::kThinking, step);
+    EXPECT_EQ(d.reasoning, "r") << step;
+    EXPECT_EQ(d.content, "abc" + eos + "def") << step;
+  }
+}
+
+// Text after a closed DSML block (with or without an EOS between) is dropped once calls were
+// delivered, in every piece: it used to be cut in the piece that failed (or, when the EOS came
+// with the block, sliced at a wrong offset) and passed through in later ones.
+TEST(ChoiceParser, TextAfterAToolCallBlockIsDroppedAtAnyChunking) {
+  const std::string eos = "<｜end▁of▁sentence｜>";
+  const std::string block =
+      "x\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+  for (const std::string& tail : {std::string("garbage text"), eos + "garbage text"}) {
+    for (size_t step = 1; step <= block.size() + tail.size(); step += (step < 12 ? 1 : 7)) {
+      const tok::OutputDelta d = split(block + tail, tok::ThinkingMode::kChat, step);
+      EXPECT_EQ(d.content, "x") << step;
+      ASSERT_EQ(d.tool_calls.size(), 1u) << step;
+      EXPECT_EQ(d.tool_calls[0].arguments, "{}");
+    }
+  }
+  // A block without calls delivered nothing: it is content, with all that follows.
+  const std::string empty = "x\n\n<｜DSML｜tool_calls>\n</｜DSML｜tool_calls>" + eos + "tail";
+  for (size_t step = 1; step <= empty.size(); ++step) {
+    const tok::OutputDelta d = split(empty, tok::ThinkingMode::kChat, step);
+    EXPECT_EQ(d.content, empty) << step;
+    EXPECT_TRUE(d.tool_calls.empty());
+  }
+}
+
 TEST(Prometheus, TextFormatIsWellFormed) {
   EngineMetrics m;
   m.n_running = 2;
