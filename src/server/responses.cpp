@@ -352,7 +352,9 @@ class CompletionResponder final : public Responder {
         (*dst)["top_logprobs"].push_back(top);
         (*dst)["text_offset"].push_back(text_offset_);
       }
-      text_offset_ += int64_t(s.size());
+      // Offsets count characters (code points), as vLLM's len(token) does, so that clients can
+      // index the returned text with them; s is valid UTF-8 (decode's output).
+      for (const unsigned char c : s) text_offset_ += (c & 0xC0) != 0x80;
     }
     return j;
   }

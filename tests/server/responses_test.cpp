@@ -331,5 +331,36 @@ TEST(ResponderFuzz, StreamedChunksAddUpToTheWholeResponse) {
   }
 }
 
+// Legacy completions' text_offset counts characters, as vLLM's len(token) does: a client indexes
+// the (decoded) text with it. It used to count UTF-8 bytes.
+TEST(CompletionResponder, TextOffsetsCountCharacters) {
+  DSV4_REQUIRE_TOKENIZER();
+  const tok::Tokenizer& t = *v4_tokenizer();
+  const auto ids = t.encode("héllo 你好 wörld 😀!", false).value();
+  std::vector<TokenEvent> events;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    TokenEvent ev;
+    ev.tokens = {ids[i]};
+    ev.text = t.decode(std::span<const int32_t>(&ids[i], 1), false).value();
+    ev.logprobs.push_back(TokenLogprob{ids[i], -0.5f, {}});
+    if (i + 1 == ids.size()) {
+      ev.finish = FinishReason::kLength;
+      ev.n_output_tokens = int32_t(ids.size());
+    }
+    events.push_back(std::move(ev));
+  }
+  auto r = make_completion_responder(ResponseMeta{"id", 1, "m", false, false, true}, t);
+  std::string unused;
+  r->consume(events, &unused);
+  const Json lp = Json::parse(r->final_body())["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["text_offset"].size(), ids.size());
+  std::u32string before;  // the text of the tokens so far, in characters
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(lp["text_offset"][i], before.size()) << i;
+    const std::string tok = lp["tokens"][i];
+    for (size_t k = 0; k < tok.size();) before.push_back(tok::utf8_next(tok, &k));
+  }
+}
+
 }  // namespace
 }  // namespace dsv4::server
