@@ -2,8 +2,8 @@
 serve_script.json) behind the same engine, so outputs are known: a DSML tool-call round trip
 (non-stream and streamed tool-call deltas, then the tool result and the final answer) with the
 official openai package, reasoning_content sent back in history, stop strings with held-back
-partial matches, max_tokens, malformed DSML passed through as text, and the raw SSE framing
-with curl. Usage: python3 tests/python/test_serve_script.py [--bin build/dsv4]"""
+partial matches, max_tokens, malformed DSML passed through as text, text after an EOS or a closed
+tool-call block, and the raw SSE framing with curl. Usage: python3 tests/python/test_serve_script.py [--bin build/dsv4]"""
 import json
 import os
 import subprocess
@@ -117,6 +117,29 @@ def main():
             check(not m.tool_calls and r.choices[0].finish_reason == "stop", r)
             check(m.content.startswith("Sure.\n\n<｜DSML｜tool_calls>") and m.content.endswith("oops"), m.content)
 
+        def text_after_eos_or_tools():
+            # Both answers must not depend on streaming. With ignore_eos and special tokens kept, the
+            # EOS and what follows it are content, once (they used to repeat the text before them).
+            def both(prompt, **kw):
+                kw = dict(model=MODEL, messages=[{"role": "user", "content": prompt}], **kw)
+                r = client.chat.completions.create(**kw)
+                content, calls = "", {}
+                for c in client.chat.completions.create(stream=True, **kw):
+                    content += c.choices[0].delta.content or ""
+                    for tc in c.choices[0].delta.tool_calls or []:
+                        calls[tc.index] = calls.get(tc.index, "") + (tc.function.arguments or "")
+                check(content == (r.choices[0].message.content or ""), (content, r))
+                check(list(calls.values()) == [t.function.arguments for t in r.choices[0].message.tool_calls or []])
+                return r
+            r = both("text after eos", max_tokens=3, extra_body={**NO_THINKING, "ignore_eos": True,
+                                                                 "skip_special_tokens": False})
+            check(r.choices[0].message.content == "abc<｜end▁of▁sentence｜>def", r)
+            # After a closed block whose calls were delivered, stray text is dropped (logged), all of
+            # it (later pieces used to leak through as content).
+            r = both("text after tools", tools=TOOLS, extra_body=NO_THINKING)
+            check(r.choices[0].message.content == "Calling." and len(r.choices[0].message.tool_calls) == 1, r)
+            check(r.choices[0].finish_reason == "tool_calls", r)
+
         def raw_sse_with_curl():
             out = subprocess.run(["curl", "-sN", srv.url + "/v1/chat/completions", "-H",
                                   "Content-Type: application/json", "-d",
@@ -149,6 +172,7 @@ def main():
         run_tests([("tool call round trip", tool_call_round_trip),
                    ("streamed tool-call deltas", streamed_tool_call_deltas), ("stop strings", stop_strings),
                    ("max_tokens", max_tokens), ("malformed DSML passes through", malformed_dsml_passes_through),
+                   ("text after EOS or a tool-call block", text_after_eos_or_tools),
                    ("raw SSE with curl", raw_sse_with_curl), ("idle afterwards", idle_after)])
     print("test_serve_script: all passed")
 
