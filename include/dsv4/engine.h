@@ -70,7 +70,11 @@ struct TokenEvent {
   std::string text;                   // text that is now final (valid UTF-8, stop strings cut)
   std::vector<TokenLogprob> logprobs; // one per token when requested
   FinishReason finish = FinishReason::kNone;
-  std::string stop_reason;            // the stop string, or "eos" / "token:<id>" for stop tokens
+  std::string stop_reason;            // the stop string, or "eos" / "token:<id>" for stop tokens (logs)
+  // What ended it, unambiguously (a stop string may read "eos" or "token:..."): a stop string, or
+  // the stop_token_ids entry (-1: none; EOS is neither).
+  bool stop_string = false;
+  int32_t stop_token = -1;
   Status error;                       // why, when finish == kError
   int32_t n_prompt_tokens = 0;        // final event only
   int32_t n_cached_tokens = 0;        // prompt tokens served from a prefix cache (none yet: 0)

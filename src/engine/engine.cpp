@@ -311,11 +311,13 @@ void Engine::Impl::step(const StepPlan& plan) {
     } else if (std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), id) != sp.stop_token_ids.end()) {
       fin = FinishReason::kStop;
       ev.stop_reason = fmt::format("token:{}", id);
+      ev.stop_token = id;
     } else {
       std::string matched;
       if (r->text->push(id, &ev.text, &matched)) {
         fin = FinishReason::kStop;
         stop_string = true;
+        ev.stop_string = true;
         ev.stop_reason = std::move(matched);
       }
     }

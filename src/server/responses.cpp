@@ -67,6 +67,8 @@ struct Tally {
   bool finished = false;
   FinishReason finish = FinishReason::kNone;
   std::string stop_reason;
+  bool stop_string = false;
+  int32_t stop_token = -1;
   Status error;
   int32_t n_prompt = 0, n_cached = 0, n_output = 0;
 
@@ -74,6 +76,8 @@ struct Tally {
     finished = true;
     finish = ev.finish;
     stop_reason = ev.stop_reason;
+    stop_string = ev.stop_string;
+    stop_token = ev.stop_token;
     error = ev.error;
     n_prompt = ev.n_prompt_tokens;
     n_cached = ev.n_cached_tokens;
@@ -82,10 +86,13 @@ struct Tally {
     if (finish == FinishReason::kAbort && error.is_ok())
       error = Status(StatusCode::kResourceExhausted, "the request was aborted");
   }
+  // vLLM's stop_reason: the stop string, the stop token id, or null (EOS, length, ...). Taken
+  // from the event's fields, not parsed from stop_reason: a client's stop string "token:x" made
+  // std::stoi throw (500, or std::terminate when streaming) and "eos" read as null.
   Json stop_reason_json() const {
-    if (stop_reason.empty() || stop_reason == "eos") return Json();
-    if (stop_reason.starts_with("token:")) return Json(std::stoi(stop_reason.substr(6)));
-    return Json(stop_reason);
+    if (stop_string) return Json(stop_reason);
+    if (stop_token >= 0) return Json(stop_token);
+    return Json();
   }
 };
 

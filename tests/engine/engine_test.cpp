@@ -100,6 +100,8 @@ TEST(Engine, GeneratesTheScriptThenEos) {
   EXPECT_EQ(c.text, "Hello from the script.");
   EXPECT_EQ(c.last.finish, FinishReason::kStop);
   EXPECT_EQ(c.last.stop_reason, "eos");
+  EXPECT_FALSE(c.last.stop_string);
+  EXPECT_EQ(c.last.stop_token, -1);
   EXPECT_EQ(c.tokens.back(), 1);  // EOS is reported as a token but not as text
   EXPECT_EQ(c.last.n_output_tokens, int32_t(c.tokens.size()));
   EXPECT_EQ(c.last.n_prompt_tokens, int32_t(v4_tokenizer()->encode("hi there", true)->size()));
@@ -125,6 +127,8 @@ TEST(Engine, MaxTokensAndStopStrings) {
   const Collected b = collect(*t);
   EXPECT_EQ(b.last.finish, FinishReason::kStop);
   EXPECT_EQ(b.last.stop_reason, "STOP");
+  EXPECT_TRUE(b.last.stop_string);
+  EXPECT_EQ(b.last.stop_token, -1);
   EXPECT_EQ(b.text, "one two three four five ");
 
   g = request("count please");
@@ -132,6 +136,8 @@ TEST(Engine, MaxTokensAndStopStrings) {
   auto u = e->submit(std::move(g));
   const Collected c = collect(*u);
   EXPECT_EQ(c.last.stop_reason.rfind("token:", 0), 0u);
+  EXPECT_FALSE(c.last.stop_string);
+  EXPECT_EQ(c.last.stop_token, v4_tokenizer()->encode(" four", false)->at(0));
   EXPECT_EQ(c.text, "one two three");
   expect_idle(*e);
 }

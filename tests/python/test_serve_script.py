@@ -2,8 +2,9 @@
 serve_script.json) behind the same engine, so outputs are known: a DSML tool-call round trip
 (non-stream and streamed tool-call deltas, then the tool result and the final answer) with the
 official openai package, reasoning_content sent back in history, stop strings with held-back
-partial matches, max_tokens, malformed DSML passed through as text, text after an EOS or a closed
-tool-call block, and the raw SSE framing with curl. Usage: python3 tests/python/test_serve_script.py [--bin build/dsv4]"""
+partial matches and their stop_reason, max_tokens, malformed DSML passed through as text, text
+after an EOS or a closed tool-call block, and the raw SSE framing with curl.
+Usage: python3 tests/python/test_serve_script.py [--bin build/dsv4]"""
 import json
 import os
 import subprocess
@@ -99,6 +100,17 @@ def main():
                         text = r.choices[0].message.content
                         check(r.choices[0].finish_reason == "stop", r)
                     check(text == want, (stream, stop, text))
+            # stop_reason is the stop string even when it reads like a stop token's ("token:abc") or
+            # EOS's ("eos"); "token:abc" used to crash the server (std::stoi) when streaming.
+            for stop, want in (("token:abc", "status eos then "), ("eos", "status ")):
+                kw = dict(model=MODEL, messages=[{"role": "user", "content": "read the log"}], stop=[stop],
+                          extra_body=NO_THINKING)
+                r = client.chat.completions.create(**kw)
+                check(r.choices[0].message.content == want and r.choices[0].model_extra["stop_reason"] == stop, r)
+                last = list(client.chat.completions.create(stream=True, **kw))[-1].choices[0]
+                check(last.finish_reason == "stop" and last.model_extra["stop_reason"] == stop, last)
+                c = client.completions.create(model=MODEL, prompt="read the log", stop=[stop])
+                check(c.choices[0].text == want and c.choices[0].model_extra["stop_reason"] == stop, c)
             # A stop string that never completes is released at the end.
             r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "count to ten"}],
                                                stop=["ten!"], extra_body=NO_THINKING)

@@ -161,7 +161,7 @@ std::vector<TokenEvent> simulate_engine(const tok::Tokenizer& t, const std::vect
     } else if (std::string matched; text.push(id, &ev.text, &matched)) {
       ev.finish = FinishReason::kStop;
       ev.stop_reason = matched;
-      stop_string = true;
+      ev.stop_string = stop_string = true;
     } else if (n >= max_tokens || n == int(ids.size())) {
       ev.finish = FinishReason::kLength;
     }
@@ -359,6 +359,45 @@ TEST(CompletionResponder, TextOffsetsCountCharacters) {
     EXPECT_EQ(lp["text_offset"][i], before.size()) << i;
     const std::string tok = lp["tokens"][i];
     for (size_t k = 0; k < tok.size();) before.push_back(tok::utf8_next(tok, &k));
+  }
+}
+
+// stop_reason as vLLM gives it: the stop string, the stop token id, or null for EOS. A stop
+// string that reads like the engine's log form ("token:x", "eos") is still a string: "token:x"
+// used to go through std::stoi (a 500, or std::terminate when streaming).
+TEST(Responders, StopReasonIsTheStopStringTheTokenIdOrNull) {
+  DSV4_REQUIRE_TOKENIZER();
+  const tok::Tokenizer& t = *v4_tokenizer();
+  struct Case {
+    std::string reason;
+    bool stop_string;
+    int32_t stop_token;
+    Json want;
+  };
+  const Case cases[] = {{"token:abc", true, -1, "token:abc"}, {"token:", true, -1, "token:"},
+                        {"token:99999999999", true, -1, "token:99999999999"}, {"eos", true, -1, "eos"},
+                        {"eos", false, -1, Json()}, {"token:42", false, 42, 42}};
+  for (const Case& c : cases) {
+    for (const bool chat : {true, false}) {
+      for (const bool stream : {false, true}) {
+        TokenEvent ev;
+        ev.tokens = {100};
+        ev.text = "x";
+        ev.finish = FinishReason::kStop;
+        ev.stop_reason = c.reason;
+        ev.stop_string = c.stop_string;
+        ev.stop_token = c.stop_token;
+        ev.n_output_tokens = 1;
+        const ResponseMeta meta{"id", 1, "m", stream, false, false};
+        auto r = chat ? make_chat_responder(meta, tok::ThinkingMode::kChat, t) : make_completion_responder(meta, t);
+        std::vector<TokenEvent> events{ev};
+        std::string sse;
+        r->consume(events, &sse);
+        const Json choice = stream ? parse_sse(sse).back()["choices"][0] : Json::parse(r->final_body())["choices"][0];
+        EXPECT_EQ(choice["stop_reason"], c.want) << c.reason << " chat " << chat << " stream " << stream;
+        EXPECT_EQ(choice["finish_reason"], "stop");
+      }
+    }
   }
 }
 
