@@ -2,7 +2,9 @@
 // reasoning_content, content and tool calls, via the tokenizer's OutputParser (</think>, DSML).
 // The model's output is not always well-formed (a random model, or a real one that drifts), and
 // the parser's errors are final; then the text it had not yet emitted, and all that follows, is
-// passed through as plain text, so nothing the model wrote is lost.
+// passed through as plain text, so nothing the model wrote is lost. The one exception: once tool
+// calls were delivered, what follows the last complete call is dropped (and logged). Either way
+// the result does not depend on how the text was split into pieces.
 #pragma once
 
 #include <string>
