@@ -277,7 +277,19 @@ void HttpServer::Impl::respond_stream(httplib::Response& res, RequestStream stre
       }
     }
     std::string out;
-    p->responder->consume(events, &out);
+    // An exception here would leave through cpp-httplib's write loop, which does not catch it:
+    // std::terminate, the whole server down. This stream ends with an error event instead.
+    try {
+      p->responder->consume(events, &out);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "server: exception while streaming: {}\n", e.what());
+      p->gone = true;  // not a client disconnect
+      p->stream.abort();
+      const std::string end =
+          sse_data(server_error(fmt::format("internal error: {}", e.what())).to_json()) + kSseDone;
+      sink.write(end.data(), end.size());
+      return false;
+    }
     if (!out.empty()) {
       if (!sink.write(out.data(), out.size())) {
         client_gone();
