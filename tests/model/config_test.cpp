@@ -143,14 +143,16 @@ TEST(Config, ThreeStylesAgreeOnFlash) {
   expect_flash(*again);
 }
 
+// A config that parsing or validation must refuse with a message containing `needle`.
+void check(const json& j, const std::string& needle) {
+  auto r = ModelConfig::from_json(j, "cfg");
+  Status st = r.status();
+  if (r.is_ok()) st = r->validate();
+  EXPECT_FALSE(st.is_ok()) << needle;
+  EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+}
+
 TEST(Config, MalformedConfigsNameTheField) {
-  auto check = [](json j, const std::string& needle) {
-    auto r = ModelConfig::from_json(j, "cfg");
-    Status st = r.status();
-    if (r.is_ok()) st = r->validate();
-    EXPECT_FALSE(st.is_ok()) << needle;
-    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
-  };
   json j = flash_legacy();
   j.erase("hidden_size");
   check(j, "missing field 'hidden_size'");
@@ -191,13 +193,6 @@ TEST(Config, MalformedConfigsNameTheField) {
 // checkpoint validated), and sizes or constants the engine cannot run with ended in std::bad_alloc,
 // an endless Sinkhorn loop or NaN logits instead of an error.
 TEST(Config, OutOfRangeAndUnrunnableValuesAreErrors) {
-  auto check = [](json j, const std::string& needle) {
-    auto r = ModelConfig::from_json(j, "cfg");
-    Status st = r.status();
-    if (r.is_ok()) st = r->validate();
-    EXPECT_FALSE(st.is_ok()) << needle;
-    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
-  };
   json j = flash_legacy();
   j["hidden_size"] = (int64_t(1) << 32) + 4096;
   check(j, "field 'hidden_size' = 4294971392 is out of range");

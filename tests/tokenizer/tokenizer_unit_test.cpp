@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <span>
 
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -77,13 +78,25 @@ TEST(TinyTokenizer, MatchesHf) {
   EXPECT_EQ(tok->token_text(32), "Ġ");
 }
 
+// An edit of the tiny tokenizer.json that loading must refuse with a message containing `message`.
+struct Case {
+  const char* name;
+  std::function<void(nlohmann::json&)> edit;
+  const char* message;
+};
+
+void expect_rejected(std::span<const Case> cases) {
+  for (const Case& c : cases) {
+    nlohmann::json j = tiny_config();
+    c.edit(j);
+    auto tok = Tokenizer::from_json_text(j.dump());
+    ASSERT_FALSE(tok.is_ok()) << c.name;
+    EXPECT_NE(tok.status().message().find(c.message), std::string::npos) << c.name << ": " << tok.status().to_string();
+  }
+}
+
 // Each unsupported feature is rejected with a message naming it.
 TEST(TinyTokenizer, RejectsUnsupportedFeatures) {
-  struct Case {
-    const char* name;
-    std::function<void(nlohmann::json&)> edit;
-    const char* message;
-  };
   const Case cases[] = {
       {"normalizer", [](auto& j) { j["normalizer"] = {{"type", "NFC"}}; }, "normalizer"},
       {"model", [](auto& j) { j["model"]["type"] = "WordPiece"; }, "model type 'WordPiece'"},
@@ -106,13 +119,7 @@ TEST(TinyTokenizer, RejectsUnsupportedFeatures) {
       {"added id", [](auto& j) { j["added_tokens"][0]["id"] = 300; }, "would give it id 259"},
       {"truncation", [](auto& j) { j["truncation"] = {{"max_length", 8}}; }, "truncation"},
   };
-  for (const Case& c : cases) {
-    nlohmann::json j = tiny_config();
-    c.edit(j);
-    auto tok = Tokenizer::from_json_text(j.dump());
-    ASSERT_FALSE(tok.is_ok()) << c.name;
-    EXPECT_NE(tok.status().message().find(c.message), std::string::npos) << c.name << ": " << tok.status().to_string();
-  }
+  expect_rejected(cases);
   EXPECT_FALSE(Tokenizer::from_json_text("{not json").is_ok());
   auto missing = Tokenizer::load("/nonexistent/tokenizer.json");
   ASSERT_FALSE(missing.is_ok());
@@ -127,11 +134,6 @@ TEST(TinyTokenizer, RejectsUnsupportedFeatures) {
 // CLI aborted with an uncaught exception instead of naming the field. Huge ids wrapped (an added
 // token id of 2^40 read as 0) or sized the per-id tables by gigabytes.
 TEST(TinyTokenizer, MalformedFieldsAreErrorsNotExceptions) {
-  struct Case {
-    const char* name;
-    std::function<void(nlohmann::json&)> edit;
-    const char* message;
-  };
   const Case cases[] = {
       {"post_processor string", [](auto& j) { j["post_processor"] = "x"; }, "post_processor \"x\""},
       {"post_processor type", [](auto& j) { j["post_processor"] = {{"type", 5}}; }, "post_processor"},
@@ -155,13 +157,7 @@ TEST(TinyTokenizer, MalformedFieldsAreErrorsNotExceptions) {
       {"added id 2^40", [](auto& j) { j["added_tokens"][0]["id"] = int64_t(1) << 40; }, "id 1099511627776 is outside"},
       {"vocab id 2^24", [](auto& j) { j["model"]["vocab"]["zz"] = 1 << 24; }, "token 'zz' has invalid id 16777216"},
   };
-  for (const Case& c : cases) {
-    nlohmann::json j = tiny_config();
-    c.edit(j);
-    auto tok = Tokenizer::from_json_text(j.dump());
-    ASSERT_FALSE(tok.is_ok()) << c.name;
-    EXPECT_NE(tok.status().message().find(c.message), std::string::npos) << c.name << ": " << tok.status().to_string();
-  }
+  expect_rejected(cases);
   // Null is the same as absent, as before.
   nlohmann::json j = tiny_config();
   j["added_tokens"][0]["lstrip"] = nullptr;
