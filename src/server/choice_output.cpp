@@ -33,7 +33,6 @@ void ChoiceParser::account(tok::OutputState before, size_t before_size, size_t t
   if (parser_.saw_tool_calls()) {
     // The block began in this feed (it may also have closed and met EOS already): the opener
     // starts right after the emitted text.
-    in_block_ = true;
     block_start_ = unparsed_from_;
     consumed += kToolCallsStart.size();
   } else if (after == tok::OutputState::kDone) {
@@ -45,7 +44,7 @@ void ChoiceParser::account(tok::OutputState before, size_t before_size, size_t t
 void ChoiceParser::recover(tok::OutputState at, tok::OutputDelta* delta) {
   raw_ = true;
   held_ = 0;
-  if (!in_block_) {
+  if (!parser_.saw_tool_calls()) {
     // The error is in the reasoning or content, or in text after the EOS that ended the content
     // (ignore_eos with special tokens kept): everything not yet emitted or consumed as a marker
     // is unparsed text, whether it arrived with the error or in earlier pieces.

@@ -40,7 +40,6 @@ class ChoiceParser {
   std::string all_;          // every byte fed
   size_t held_ = 0;          // bytes the parser holds back (reasoning / content states)
   size_t unparsed_from_ = 0; // before any DSML block: where the text not yet emitted or consumed begins
-  bool in_block_ = false;    // a DSML block has begun
   size_t block_start_ = 0;   // where the DSML block began in all_
   int n_tool_calls_ = 0;
   bool raw_ = false;         // after a parse error: pass text through (or drop it: raw_drop_)

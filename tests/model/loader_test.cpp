@@ -187,13 +187,18 @@ TEST_F(LoaderTest, DirectoryInsteadOfAJsonFile) {
   EXPECT_NE(cfg.status().message().find("Not a directory"), std::string::npos) << cfg.status().message();
 }
 
+// Layer 3's per-expert W4A16 tensors, removed to make room for fused HF expert tensors.
+void erase_layer3_experts(Tensors& t) {
+  for (int e = 0; e < 8; ++e)
+    for (const char* w : {"w1", "w2", "w3"})
+      for (const char* part : {"qweight", "qzeros", "scales"})
+        t.erase("layers.3.ffn.experts." + std::to_string(e) + "." + w + "." + part);
+}
+
 TEST_F(LoaderTest, FusedHfExpertsWithWrongShape) {
   rewrite([](Tensors& t) {
     // Replace layer 3's per-expert weights by fused HF tensors with one expert too few.
-    for (int e = 0; e < 8; ++e)
-      for (const char* w : {"w1", "w2", "w3"})
-        for (const char* part : {"qweight", "qzeros", "scales"})
-          t.erase("layers.3.ffn.experts." + std::to_string(e) + "." + w + "." + part);
+    erase_layer3_experts(t);
     t["model.layers.3.mlp.experts.gate_up_proj"] = Entry{DType::kBF16, {7, 256, 128}, std::vector<uint8_t>(7 * 256 * 128 * 2)};
     t["model.layers.3.mlp.experts.down_proj"] = Entry{DType::kBF16, {7, 128, 128}, std::vector<uint8_t>(7 * 128 * 128 * 2)};
   });
@@ -204,10 +209,7 @@ TEST_F(LoaderTest, FusedHfExpertsWithWrongShape) {
 // elements as F16: silently wrong expert weights.
 TEST_F(LoaderTest, FusedHfExpertsInF64AreRefused) {
   rewrite([](Tensors& t) {
-    for (int e = 0; e < 8; ++e)
-      for (const char* w : {"w1", "w2", "w3"})
-        for (const char* part : {"qweight", "qzeros", "scales"})
-          t.erase("layers.3.ffn.experts." + std::to_string(e) + "." + w + "." + part);
+    erase_layer3_experts(t);
     t["model.layers.3.mlp.experts.gate_up_proj"] = Entry{DType::kF64, {8, 256, 128}, std::vector<uint8_t>(8 * 256 * 128 * 8)};
     t["model.layers.3.mlp.experts.down_proj"] = Entry{DType::kBF16, {8, 128, 128}, std::vector<uint8_t>(8 * 128 * 128 * 2)};
   });
