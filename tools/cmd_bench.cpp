@@ -10,6 +10,11 @@
 // --pdl off launches every kernel plainly (cuda::set_pdl_enabled), to measure what programmatic
 // dependent launch gives on SM90; --attention-head-groups 1|4 forces one sparse attention kernel
 // variant for every batch size (the plan switches at n_tokens x 4 head groups > n_sms).
+// --kernel-trace N traces N more graph steps of each batch size with CUPTI (gpu/kernel_trace.h)
+// and splits the median one by kernel: each kernel's exposed time, how far it moved the step's
+// end (gpu/kernel_timeline.h). Tracing is on for the whole run (graphs are instrumented when
+// they are built), so the run's own step times include CUPTI's cost: compare them with an
+// untraced run.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -26,6 +31,10 @@
 #include "cuda/testing/bandwidth.h"
 #include "cuda/w4a16/w4a16.h"
 #include "gpu/gpu_model.h"
+#include "gpu/kernel_timeline.h"
+#ifdef DSV4_HAVE_KERNEL_TRACE
+#include "gpu/kernel_trace.h"
+#endif
 #include "model/make_model.h"
 #include "tools/commands.h"
 
@@ -48,6 +57,7 @@ struct BenchArgs {
   int decode_steps = 20;
   int chunk = 4096;
   uint64_t seed = 1;
+  int kernel_trace = 0;  // graph steps traced per batch size (0: no tracing)
 };
 
 double median(std::vector<double> v) {
@@ -131,6 +141,33 @@ int fail(const Status& st) {
   return 1;
 }
 
+// The traced steps of one batch size: the median step's rows and groups, every step's span; the
+// largest groups print.
+json trace_report(const std::vector<gpu::StepTimeline>& steps) {
+  json j;
+  const int mid = gpu::median_step(steps);
+  if (mid < 0) return j;
+  const gpu::StepTimeline& t = steps[size_t(mid)];
+  for (const gpu::StepTimeline& s : steps) j["span_us"].push_back(s.span_us);
+  j["median_span_us"] = t.span_us;
+  j["kernels"] = t.rows.size();
+  for (const gpu::KernelGroup& g : t.groups)
+    j["groups"].push_back({{"kernel", g.key}, {"count", g.count}, {"exposed_us", g.exposed_us},
+                           {"duration_us", g.duration_us}});
+  for (const gpu::TimelineRow& r : t.rows)
+    j["rows"].push_back({{"name", r.name}, {"grid", r.grid}, {"stream", r.stream}, {"start_us", r.start_us},
+                         {"end_us", r.end_us}, {"exposed_us", r.exposed_us}, {"lead_us", r.lead_us}});
+  fmt::print("    kernel trace (median of {} graph steps): span {:.1f} us over {} kernels; largest exposed:\n",
+             steps.size(), t.span_us, t.rows.size());
+  const size_t shown = std::min<size_t>(t.groups.size(), 16);
+  for (size_t i = 0; i < shown; ++i) {
+    const gpu::KernelGroup& g = t.groups[i];
+    fmt::print("      {:8.1f} us exposed {:5.1f}%  {:4} x {:6.2f} us  {}\n", g.exposed_us,
+               100.0 * g.exposed_us / t.span_us, g.count, g.duration_us / g.count, g.key);
+  }
+  return j;
+}
+
 int run_bench(const BenchArgs& a) {
   if (a.model.empty() == a.synthetic.empty()) {
     fmt::print(stderr, "bench: pass exactly one of --model DIR and --synthetic flash\n");
@@ -146,6 +183,20 @@ int run_bench(const BenchArgs& a) {
   }
   // Before anything is planned, launched or captured (arch.h).
   cuda::set_pdl_enabled(a.pdl == "on");
+  // The tracer starts before the model captures its graphs (kernel_trace.h).
+#ifdef DSV4_HAVE_KERNEL_TRACE
+  std::unique_ptr<gpu::KernelTracer> tracer;
+  if (a.kernel_trace > 0) {
+    auto t = gpu::KernelTracer::start();
+    if (!t.is_ok()) return fail(t.status());
+    tracer = std::move(t).value();
+  }
+#else
+  if (a.kernel_trace > 0) {
+    fmt::print(stderr, "bench: --kernel-trace: this build has no kernel tracer (CUPTI's headers were not found)\n");
+    return 2;
+  }
+#endif
   std::unique_ptr<ModelConfig> cfg;
   std::unique_ptr<ModelWeights> weights;
   if (!a.model.empty()) {
@@ -167,7 +218,8 @@ int run_bench(const BenchArgs& a) {
   }
   const int max_b = *std::max_element(a.batches.begin(), a.batches.end());
   const int64_t max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
-  const int64_t decode_positions = int64_t(a.decode_steps + 3) * 2 * int64_t(a.batches.size());
+  const int64_t decode_positions = int64_t(a.decode_steps + 3) * 2 * int64_t(a.batches.size()) +
+                                   int64_t(a.kernel_trace) * int64_t(a.batches.size());
   const int64_t ctx_blocks = (max_ctx + decode_positions + 255) / 256 + 1;
 
   gpu::GpuModelOptions o;
@@ -213,6 +265,7 @@ int run_bench(const BenchArgs& a) {
   out["attention_head_groups"] = a.attention_head_groups;
   out["compressor_branch"] = a.compressor_branch;
   out["copy_bandwidth_gbs"] = *bw;
+  out["kernel_trace_steps"] = a.kernel_trace;
   out["device_bytes"] = m.device_bytes();
   json& runs = out["runs"];
   const WeightBytes wb = weight_bytes(*cfg);
@@ -259,6 +312,19 @@ int run_bench(const BenchArgs& a) {
 
     // Each sequence continues from where its last step left it (decode points share the prefill).
     std::vector<int64_t> next_pos(static_cast<size_t>(max_b), ctx);
+    // One decode step of sequences 0 .. B-1, each at its next position; waits for the device.
+    auto decode_step = [&](int B, gpu::GpuStepTrace* trace) {
+      std::vector<int32_t> toks(static_cast<size_t>(B));
+      std::vector<gpu::GpuStepSeq> qs(static_cast<size_t>(B));
+      for (int s = 0; s < B; ++s) {
+        const int64_t p = next_pos[size_t(s)]++;
+        toks[size_t(s)] = token_at(s, p);
+        qs[size_t(s)] = gpu::GpuStepSeq{s, tables[size_t(s)], p, std::span<const int32_t>(&toks[size_t(s)], 1), true};
+      }
+      const Status st = m.forward(qs, nullptr, false, trace);
+      cudaStreamSynchronize(stream);
+      return st.with_context(fmt::format("decode batch {} at {}", B, next_pos[0] - 1));
+    };
     for (int B : a.batches) {
       std::set<std::pair<int, int32_t>> experts;  // (layer, expert) selected in the traced step
       for (int graphs = 1; graphs >= 0; --graphs) {
@@ -266,22 +332,14 @@ int run_bench(const BenchArgs& a) {
         std::vector<double> ms;
         std::vector<std::pair<std::string, double>> profile;
         for (int step = 0; step < a.decode_steps + 3; ++step) {
-          std::vector<int32_t> toks(static_cast<size_t>(B));
-          std::vector<gpu::GpuStepSeq> qs(static_cast<size_t>(B));
-          for (int s = 0; s < B; ++s) {
-            const int64_t p = next_pos[size_t(s)]++;
-            toks[size_t(s)] = token_at(s, p);
-            qs[size_t(s)] = gpu::GpuStepSeq{s, tables[size_t(s)], p, std::span<const int32_t>(&toks[size_t(s)], 1), true};
-          }
           gpu::GpuStepTrace trace;
           const bool traced = graphs == 1 && step == 0;
           const bool profiled = graphs == 0 && step == 1;
           m.set_profiling(profiled);
           const auto t0 = Clock::now();
-          const Status st = m.forward(qs, nullptr, false, traced ? &trace : nullptr);
-          cudaStreamSynchronize(stream);
+          const Status st = decode_step(B, traced ? &trace : nullptr);
           const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-          if (!st.is_ok()) return fail(st.with_context(fmt::format("decode batch {} at {}", B, next_pos[0])));
+          if (!st.is_ok()) return fail(st);
           if (traced)
             for (size_t l = 0; l < trace.experts.size(); ++l)
               for (int32_t e : trace.experts[l]) experts.insert({int(l), e});
@@ -309,6 +367,21 @@ int run_bench(const BenchArgs& a) {
         dj["roofline_ms"] = roofline_ms;
         dj["roofline_ratio"] = roofline_ms / step_ms;
         for (auto& [k, v] : profile) dj["eager_profile_ms"][k] = v;
+#ifdef DSV4_HAVE_KERNEL_TRACE
+        if (tracer != nullptr && graphs == 1) {
+          std::vector<gpu::StepTimeline> steps;
+          for (int i = 0; i < a.kernel_trace; ++i) {
+            auto before = tracer->take();  // whatever ran since the last take: not this step's
+            if (!before.is_ok()) return fail(before.status());
+            const Status st = decode_step(B, nullptr);
+            if (!st.is_ok()) return fail(st);
+            auto recs = tracer->take();
+            if (!recs.is_ok()) return fail(recs.status());
+            steps.push_back(gpu::step_timeline(std::move(recs).value()));
+          }
+          dj["kernel_trace"] = trace_report(steps);
+        }
+#endif
         runs.push_back(dj);
         if (!profile.empty()) {
           std::string line = "    eager split:";
@@ -352,6 +425,12 @@ void register_bench(CLI::App& app, int& exit_code) {
                   "on | off: the compressor projections and emits on a second stream beside the query path "
                   "(off: one stream, for A/B runs)")
       ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--kernel-trace", a->kernel_trace,
+                  "N: trace N more graph decode steps of each batch size with CUPTI and split the median one by "
+                  "kernel (exposed time; needs libcupti on the library path; the run's step times then include "
+                  "CUPTI's cost)")
+      ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   cmd->add_option("--out", a->out, "JSON result file");
   cmd->add_option("--commit", a->commit, "commit recorded in the JSON");
