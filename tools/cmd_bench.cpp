@@ -377,6 +377,9 @@ int run_bench(const BenchArgs& a) {
             if (!st.is_ok()) return fail(st);
             auto recs = tracer->take();
             if (!recs.is_ok()) return fail(recs.status());
+            if (tracer->last_incomplete() > 0)
+              fmt::print("    kernel trace: {} kernels of a traced step had no timestamps and are left out\n",
+                         tracer->last_incomplete());
             steps.push_back(gpu::step_timeline(std::move(recs).value()));
           }
           dj["kernel_trace"] = trace_report(steps);

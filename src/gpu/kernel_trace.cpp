@@ -29,6 +29,7 @@ struct TraceState {
   bool loaded = false, registered = false, live = false;
   Cupti api;
   std::vector<KernelRecord> records;  // completed since the last take()
+  int64_t incomplete = 0;             // records without both timestamps, since the last take()
 };
 
 TraceState& state() {
@@ -91,6 +92,10 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || !s.live) continue;
       // The record layout of the CUPTI headers this file is built with (CUDA 13.0: version 10).
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+      if (k->start == 0 || k->end < k->start) {  // CUPTI could not time it: not a usable record
+        ++s.incomplete;
+        continue;
+      }
       KernelRecord r;
       r.name = k->name != nullptr ? k->name : "?";
       r.grid = {k->gridX, k->gridY, k->gridZ};
@@ -119,6 +124,7 @@ Result<std::unique_ptr<KernelTracer>> KernelTracer::start() {
   DSV4_RETURN_IF_ERROR(cupti_status(s.api.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
                                     "cuptiActivityEnable(CONCURRENT_KERNEL)"));
   s.records.clear();
+  s.incomplete = 0;
   s.live = true;
   return std::unique_ptr<KernelTracer>(new KernelTracer());
 }
@@ -143,6 +149,8 @@ Result<std::vector<KernelRecord>> KernelTracer::take() {
   std::lock_guard<std::mutex> lock(s.mu);
   std::vector<KernelRecord> out = std::move(s.records);
   s.records.clear();
+  last_incomplete_ = s.incomplete;
+  s.incomplete = 0;
   if (dropped != 0)
     return Status(StatusCode::kResourceExhausted,
                   fmt::format("kernel trace: CUPTI dropped {} records (its buffers were full); take() more often",

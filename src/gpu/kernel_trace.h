@@ -31,9 +31,12 @@ class KernelTracer {
   // Waits for the device, flushes CUPTI's buffers and returns every kernel completed since the
   // last take() (or start()). Fails if CUPTI dropped records (its buffers were full).
   Result<std::vector<KernelRecord>> take();
+  // Records the last take() left out because CUPTI gave them no start or end time.
+  int64_t last_incomplete() const { return last_incomplete_; }
 
  private:
   KernelTracer() = default;
+  int64_t last_incomplete_ = 0;
 };
 
 }  // namespace dsv4::gpu
