@@ -5,7 +5,7 @@
 //    threshold then gates the appends;
 //  - an MSB-first radix select (8-bit digits, one histogram pass per digit, early exit as soon
 //    as the bin holding the k-th key is taken whole) over keys from any source;
-//  - a descending bitonic sort for the final, small, selected set.
+//  - a descending bitonic sort for the final, small, selected set (registers, shuffles).
 // The selected set is exact and never depends on the append order: results are deterministic.
 #pragma once
 
@@ -15,34 +15,89 @@
 
 namespace dsv4::cuda::indexer_detail {
 
-// Descending bitonic sort of s[0, n), n a power of two, by the whole block. The caller has
-// synchronized after writing s; returns synchronized.
-__device__ __forceinline__ void bitonic_sort_desc(uint64_t* s, int n) {
-  for (int k = 2; k <= n; k <<= 1) {
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      for (int p = threadIdx.x; p < n / 2; p += blockDim.x) {
-        const int i = (p / j) * 2 * j + p % j;  // lower element of the pair (i, i + j)
-        const uint64_t a = s[i], b = s[i + j];
-        const bool desc = (i & k) == 0;
-        if (desc ? a < b : a > b) {
-          s[i] = b;
-          s[i + j] = a;
-        }
-      }
-      __syncthreads();
-    }
-  }
+// One compare-exchange of a descending bitonic sort, seen from element i: its partner (i ^ j)
+// holds p. In a block of k sorted descending ((i & k) == 0) the lower element of the pair keeps
+// the larger key; in an ascending block, the smaller.
+__device__ __forceinline__ uint64_t bitonic_keep(uint64_t v, uint64_t p, int i, int j, int k) {
+  const bool lower = (i & j) == 0, desc = (i & k) == 0;
+  return (lower == desc) == (v > p) ? v : p;
 }
 
-// Sorts the n_held keys of s descending (entries up to the next power of two become 0; the
-// caller's buffer must hold them). Called by the whole block after a __syncthreads; returns
-// synchronized.
+// Descending bitonic sort of s[0, n), n a power of two <= kSlots * blockDim.x (a power of two),
+// by the whole block. Element i lives in a register of thread i % blockDim.x (slot
+// i / blockDim.x) from the first stage to the last: partners fewer than 32 apart swap through
+// warp shuffles, partners blockDim.x or more apart within the thread, and only the stages in
+// between go through shared memory (s itself, two barriers each). For 512 keys and 1024
+// threads that is 10 of the 45 stages; a stage of the plain shared-memory sort cost ~430 cycles
+// on the H200, most of the merge kernel's time (bench/results/NOTES.md). Not inlined: inlined,
+// it raised the split kernel from 127 to 153 registers (one block per SM instead of two). The
+// caller has synchronized after writing s; returns synchronized.
+template <int kSlots>
+__device__ __noinline__ void bitonic_sort_desc(uint64_t* s, int n) {
+  const int bd = int(blockDim.x), tid = int(threadIdx.x);
+  uint64_t v[kSlots];
+#pragma unroll
+  for (int e = 0; e < kSlots; ++e) {
+    const int i = tid + e * bd;
+    v[e] = i < n ? s[i] : 0;
+  }
+  for (int k = 2; k <= n; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      if (j >= bd) {  // the partner is slot e ^ (j / bd) of this thread (block-uniform branch)
+        const int de = j / bd;
+#pragma unroll
+        for (int e = 0; e < kSlots; ++e) {
+#pragma unroll
+          for (int f = e + 1; f < kSlots; ++f) {
+            if ((e ^ f) != de) continue;
+            const int i = tid + e * bd;  // the lower element of the pair (i, i + j)
+            const uint64_t a = v[e], b = v[f];
+            v[e] = bitonic_keep(a, b, i, j, k);
+            v[f] = bitonic_keep(b, a, i + j, j, k);
+          }
+        }
+      } else if (j >= 32) {  // another warp of the block: through shared memory
+#pragma unroll
+        for (int e = 0; e < kSlots; ++e) {
+          const int i = tid + e * bd;
+          if (i < n) s[i] = v[e];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int e = 0; e < kSlots; ++e) {
+          const int i = tid + e * bd;
+          if (i < n) v[e] = bitonic_keep(v[e], s[i ^ j], i, j, k);
+        }
+        __syncthreads();
+      } else {  // the same warp: every lane shuffles (slots past n pair among themselves)
+#pragma unroll
+        for (int e = 0; e < kSlots; ++e) {
+          if (e * bd >= n) break;  // block-uniform: no element of this slot is sorted
+          const uint64_t p = __shfl_xor_sync(0xffffffffu, v[e], j);
+          v[e] = bitonic_keep(v[e], p, tid + e * bd, j, k);
+        }
+      }
+    }
+  }
+  __syncthreads();  // the last shared stage's reads of s come before the stores below
+#pragma unroll
+  for (int e = 0; e < kSlots; ++e) {
+    const int i = tid + e * bd;
+    if (i < n) s[i] = v[e];
+  }
+  __syncthreads();
+}
+
+// Sorts the n_held keys of s descending; n_held <= kSlots * blockDim.x. Entries up to the next
+// power of two become 0 (the caller's buffer must hold them). Called by the whole block after a
+// __syncthreads; returns synchronized.
+template <int kSlots>
 __device__ __forceinline__ void sort_keys_desc(uint64_t* s, int n_held) {
   int n = 1;
   while (n < n_held) n <<= 1;
   for (int i = n_held + threadIdx.x; i < n; i += blockDim.x) s[i] = 0;
   __syncthreads();
-  bitonic_sort_desc(s, n);
+  bitonic_sort_desc<kSlots>(s, n);
 }
 
 // ---- radix select ----
@@ -232,12 +287,13 @@ __device__ __forceinline__ void cut_candidates(const CandidateBuffer& c, int kee
 // The end of a split (both split kernels): cut the buffer to its best topk keys, sort them
 // descending when the merge reads several lists per row (it bounds the row's k-th key from the
 // lists' heads; a lone list is taken whole, in any order), write the list and its count.
-// Block-wide, after a __syncthreads; kPerThread as for cut_candidates.
-template <int kPerThread>
+// Block-wide, after a __syncthreads; kPerThread as for cut_candidates, kSortSlots * blockDim.x
+// >= topk (the sort's registers per thread).
+template <int kPerThread, int kSortSlots>
 __device__ __forceinline__ void write_split_list(const CandidateBuffer& c, int topk, bool sorted, int* hist,
                                                  SelectState* st, uint64_t* out, int32_t* count) {
-  cut_candidates<kPerThread>(c, topk, hist, st);  // no-op when <= topk held
-  if (sorted) sort_keys_desc(c.keys, *c.count);   // c.keys has room for the padding to a power of two
+  cut_candidates<kPerThread>(c, topk, hist, st);             // no-op when <= topk held
+  if (sorted) sort_keys_desc<kSortSlots>(c.keys, *c.count);  // c.keys has room for the padding to a power of two
   const int n_out = *c.count;
   for (int i = threadIdx.x; i < n_out; i += blockDim.x) out[i] = c.keys[i];
   if (threadIdx.x == 0) *count = n_out;

@@ -70,6 +70,7 @@ constexpr int kMinBlocks = 2;
 #endif
 static_assert(kThreads == 2 * 32 * kRows, "two warps per row");
 static_assert(kCap % kThreads == 0 && kCap >= kMaxTopk + kTileKeys, "cut_candidates covers the buffer");
+static_assert(kMaxTopk % kThreads == 0, "a split sorts its list in kMaxTopk / kThreads slots");
 static_assert(kRawBytes % 16 == 0 && kTileBytes % 16 == 0 && kTermBytes % 16 == 0, "16-byte aligned regions");
 
 // bf16 offset of 16-byte chunk c (8 values) of row j in a swizzled buffer of `row` bf16 per row.
@@ -273,7 +274,7 @@ __device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, 
       if (tid == 0) g.counts[slot] = 0;
       continue;
     }
-    write_split_list<kCap / kThreads>(s.buf(rr), g.topk, g.n_splits > 1, s.hist, s.sel, g.cand + slot * g.ws_topk,
+    write_split_list<kCap / kThreads, kMaxTopk / kThreads>(s.buf(rr), g.topk, g.n_splits > 1, s.hist, s.sel, g.cand + slot * g.ws_topk,
                                       g.counts + slot);
   }
 }

@@ -15,7 +15,7 @@
 //          candidates. They are gathered into shared memory and radix-selected there. Should
 //          they not fit (heavy ties around T), the general path runs: histogram passes over the
 //          lists (L2) until the keys in play fit, then the passes in shared memory. The k
-//          winners are sorted (bitonic) into the output.
+//          winners are sorted (bitonic, in registers and warp shuffles) into the output.
 // Nothing is sized by the context: the workspace holds topk keys per (row, split) slot.
 //
 // Why the scores are exact: q and the keys are e2m1 codes times powers of two, so every product
@@ -51,6 +51,8 @@ constexpr int kVPad = kMaxHeads + 8;            // bf16 per row of per-head term
 constexpr int kSplitCap = 2 * kMaxTopk;         // candidate buffer of a split
 constexpr int kMergeCap = 8 * kMaxTopk;         // keys in play the merge holds in shared memory
 constexpr int kMergeUnroll = 8;                 // list loads in flight per thread in a merge pass
+static_assert(kMergeThreads >= kMaxTopk, "the merge sorts its k winners one per thread");
+static_assert(kMaxTopk % kSplitThreads == 0, "a split sorts its list in kMaxTopk / kSplitThreads slots");
 constexpr int kItemsPerThread = kTileKeys * (kHeadDim / 8) / kSplitThreads;  // 8-dim words per thread per tile
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem) {
@@ -212,7 +214,7 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
     if (s_count > kSplitCap - kTileKeys) cut_candidates<kSplitCap / kSplitThreads>(buf, g.topk, s_hist, &s_sel);
   }
 
-  write_split_list<kSplitCap / kSplitThreads>(buf, g.topk, g.n_splits > 1, s_hist, &s_sel, g.cand + slot * g.ws_topk,
+  write_split_list<kSplitCap / kSplitThreads, kMaxTopk / kSplitThreads>(buf, g.topk, g.n_splits > 1, s_hist, &s_sel, g.cand + slot * g.ws_topk,
                                               g.counts + slot);
 }
 
@@ -315,21 +317,33 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
       warp_append(key != 0 && key >= thr, key, s_take, &s_n_take, kMaxTopk);
     }
     __syncthreads();
-    sort_keys_desc(s_take, k);  // s_n_take == k
+    sort_keys_desc<1>(s_take, k);  // s_n_take == k <= kMaxTopk <= kMergeThreads
     for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_take[i]) : -1;
   };
 
   // Fast path: gather the keys >= T from the sorted lists' heads (see the file comment).
   if (k < n_cand) {
     if (tid < 32) {
-      auto covered = [&](int c) {  // sum over lists of min(c, count), by warp 0
+      // Lane l holds the counts of lists l, l + 32, ...: the search below reads no shared memory.
+      constexpr int kPer = kMaxSplits / 32;
+      int cnt[kPer], longest = 0;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int sl = tid + 32 * i;
+        cnt[i] = sl < n_splits ? s_off[sl + 1] - s_off[sl] : 0;
+        longest = max(longest, cnt[i]);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) longest = max(longest, __shfl_xor_sync(0xffffffffu, longest, o));
+      auto covered = [&](int c) {  // sum over lists of min(c, count)
         int sum = 0;
-        for (int sl = tid; sl < n_splits; sl += 32) sum += min(c, s_off[sl + 1] - s_off[sl]);
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) sum += min(c, cnt[i]);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         return sum;
       };
-      int lo = 1, hi = g.topk;  // covered(topk) = n_cand > k
+      int lo = 1, hi = longest;  // covered(longest) = n_cand > k
       while (lo < hi) {
         const int mid = (lo + hi) / 2;
         if (covered(mid) >= k) hi = mid;
