@@ -96,9 +96,21 @@ __device__ __forceinline__ void kv_finish_row(const KvFinishArgs& a, const KvRow
       for (int e = 0; e < 8; ++e) ss = __fmaf_rn(v[ci][e], v[ci][e], ss);
     }
   }
+  // Decode steps: the record's ring slot, found while the row loads (token_seq, then seq_slot).
+  // Each store below goes to the ring too, as window_save would copy the record after attention
+  // (attention reads the row itself from the chunk and the ring only at earlier positions, whose
+  // slots differ from pos % W, so the copy may come first). Stored from registers, not read back:
+  // that read and the two dependent loads at the row's end were half of the launch's time.
+  const int64_t ipos = a.token_pos[t];
+  uint8_t* ring = nullptr;
+  if (a.window != nullptr) {
+    const int s = a.token_seq[t];
+    const int slot = s >= 0 ? a.seq_slot[s] : -1;
+    if (slot >= 0) ring = a.window + (int64_t(slot) * a.window_size + ipos % a.window_size) * a.entry_bytes;
+  }
   ss = warp_sum(ss);
   const float r = 1.0f / sqrtf(ss / float(d) + a.eps);
-  const float pos = float(a.token_pos[t]);
+  const float pos = float(ipos);
 
 #pragma unroll
   for (int ci = 0; ci < kRowChunks; ++ci) {
@@ -135,8 +147,15 @@ __device__ __forceinline__ void kv_finish_row(const KvFinishArgs& a, const KvRow
         lo |= uint32_t(encode_e4m3(out[q], e)) << (8 * q);
         hi |= uint32_t(encode_e4m3(out[4 + q], e)) << (8 * q);
       }
-      *reinterpret_cast<uint2*>(rec + 8 * c) = make_uint2(lo, hi);  // 8-byte aligned: entry_bytes % 8 == 0
-      if ((lane & 7) == 0) rec[a.nope + 2 * a.rope + (8 * c) / kFp8Block] = encode_ue8m0(e);
+      const uint2 w = make_uint2(lo, hi);
+      *reinterpret_cast<uint2*>(rec + 8 * c) = w;  // 8-byte aligned: entry_bytes % 8 == 0
+      if (ring != nullptr) *reinterpret_cast<uint2*>(ring + 8 * c) = w;
+      if ((lane & 7) == 0) {
+        const int at = a.nope + 2 * a.rope + (8 * c) / kFp8Block;
+        const uint8_t sb = encode_ue8m0(e);
+        rec[at] = sb;
+        if (ring != nullptr) ring[at] = sb;
+      }
     } else {
       uint32_t words[4];
 #pragma unroll
@@ -145,29 +164,22 @@ __device__ __forceinline__ void kv_finish_row(const KvFinishArgs& a, const KvRow
         words[p] = *reinterpret_cast<const uint32_t*>(&h);
       }
       // Record offsets nope + 16 k: only 8-byte alignment is guaranteed (584 = 8 x 73).
-      uint2* dst = reinterpret_cast<uint2*>(rec + a.nope + 2 * (8 * c - a.nope));
+      const int at = a.nope + 2 * (8 * c - a.nope);
+      uint2* dst = reinterpret_cast<uint2*>(rec + at);
       dst[0] = make_uint2(words[0], words[1]);
       dst[1] = make_uint2(words[2], words[3]);
+      if (ring != nullptr) {
+        uint2* rdst = reinterpret_cast<uint2*>(ring + at);
+        rdst[0] = make_uint2(words[0], words[1]);
+        rdst[1] = make_uint2(words[2], words[3]);
+      }
     }
   }
   // Zero pad after the scales (kv::pack_entry clears it).
   const int scale0 = a.nope + 2 * a.rope, n_scales = (a.nope + kFp8Block - 1) / kFp8Block;
-  if (lane < a.entry_bytes - scale0 - n_scales) rec[scale0 + n_scales + lane] = 0;
-  if (a.window != nullptr) {
-    // The ring copy of a decode row, as window_save would make it after attention. Attention
-    // reads the row itself from the chunk and the ring only at earlier positions, whose slots
-    // differ from pos % W, so the copy may come first. The warp's record writes above are
-    // ordered before its reads below by the warp barrier.
-    __syncwarp();
-    const int s = a.token_seq[t];
-    const int slot = s >= 0 ? a.seq_slot[s] : -1;
-    if (slot >= 0) {
-      const int64_t pos = a.token_pos[t];
-      const uint2* from = reinterpret_cast<const uint2*>(rec);
-      uint2* to = reinterpret_cast<uint2*>(a.window + (int64_t(slot) * a.window_size + pos % a.window_size) *
-                                                          a.entry_bytes);
-      for (int i = lane; i < a.entry_bytes / 8; i += 32) to[i] = from[i];
-    }
+  if (lane < a.entry_bytes - scale0 - n_scales) {
+    rec[scale0 + n_scales + lane] = 0;
+    if (ring != nullptr) ring[scale0 + n_scales + lane] = 0;
   }
 }
 
