@@ -27,13 +27,14 @@ __device__ __forceinline__ uint64_t bitonic_keep(uint64_t v, uint64_t p, int i, 
 // by the whole block. Element i lives in a register of thread i % blockDim.x (slot
 // i / blockDim.x) from the first stage to the last: partners fewer than 32 apart swap through
 // warp shuffles, partners blockDim.x or more apart within the thread, and only the stages in
-// between go through shared memory (s itself, two barriers each). For 512 keys and 1024
-// threads that is 10 of the 45 stages; a stage of the plain shared-memory sort cost ~430 cycles
-// on the H200, most of the merge kernel's time (bench/results/NOTES.md). Not inlined: inlined,
-// it raised the split kernel from 127 to 153 registers (one block per SM instead of two). The
-// caller has synchronized after writing s; returns synchronized.
+// between go through shared memory: s and `scratch` (n more keys, or null) in turn, one barrier
+// each, or s alone, two. For 512 keys and 1024 threads that is 10 of the 45 stages; a stage of
+// the plain shared-memory sort cost ~430 cycles on the H200, half the merge kernel's time
+// (bench/results/NOTES.md). Not inlined: inlined, it raised the split kernel from 127 to 153
+// registers (one block per SM instead of two). The caller has synchronized after writing s;
+// returns synchronized.
 template <int kSlots>
-__device__ __noinline__ void bitonic_sort_desc(uint64_t* s, int n) {
+__device__ __noinline__ void bitonic_sort_desc(uint64_t* s, int n, uint64_t* scratch) {
   const int bd = int(blockDim.x), tid = int(threadIdx.x);
   uint64_t v[kSlots];
 #pragma unroll
@@ -41,6 +42,7 @@ __device__ __noinline__ void bitonic_sort_desc(uint64_t* s, int n) {
     const int i = tid + e * bd;
     v[e] = i < n ? s[i] : 0;
   }
+  int exchanges = 0;  // shared-memory stages so far: the next one uses s when even, scratch when odd
   for (int k = 2; k <= n; k <<= 1) {
     for (int j = k >> 1; j > 0; j >>= 1) {
       if (j >= bd) {  // the partner is slot e ^ (j / bd) of this thread (block-uniform branch)
@@ -57,18 +59,22 @@ __device__ __noinline__ void bitonic_sort_desc(uint64_t* s, int n) {
           }
         }
       } else if (j >= 32) {  // another warp of the block: through shared memory
+        // With two buffers a stage's stores cannot meet the previous stage's reads (other
+        // buffer), nor those of the stage before (a barrier between): one barrier a stage.
+        uint64_t* buf = scratch != nullptr && (exchanges & 1) ? scratch : s;
+        ++exchanges;
 #pragma unroll
         for (int e = 0; e < kSlots; ++e) {
           const int i = tid + e * bd;
-          if (i < n) s[i] = v[e];
+          if (i < n) buf[i] = v[e];
         }
         __syncthreads();
 #pragma unroll
         for (int e = 0; e < kSlots; ++e) {
           const int i = tid + e * bd;
-          if (i < n) v[e] = bitonic_keep(v[e], s[i ^ j], i, j, k);
+          if (i < n) v[e] = bitonic_keep(v[e], buf[i ^ j], i, j, k);
         }
-        __syncthreads();
+        if (scratch == nullptr) __syncthreads();
       } else {  // the same warp: every lane shuffles (slots past n pair among themselves)
 #pragma unroll
         for (int e = 0; e < kSlots; ++e) {
@@ -79,7 +85,7 @@ __device__ __noinline__ void bitonic_sort_desc(uint64_t* s, int n) {
       }
     }
   }
-  __syncthreads();  // the last shared stage's reads of s come before the stores below
+  __syncthreads();  // the last shared stages' reads of s come before the stores below
 #pragma unroll
   for (int e = 0; e < kSlots; ++e) {
     const int i = tid + e * bd;
@@ -89,15 +95,15 @@ __device__ __noinline__ void bitonic_sort_desc(uint64_t* s, int n) {
 }
 
 // Sorts the n_held keys of s descending; n_held <= kSlots * blockDim.x. Entries up to the next
-// power of two become 0 (the caller's buffer must hold them). Called by the whole block after a
-// __syncthreads; returns synchronized.
+// power of two become 0 (the caller's buffer must hold them; scratch, when not null, as many).
+// Called by the whole block after a __syncthreads; returns synchronized.
 template <int kSlots>
-__device__ __forceinline__ void sort_keys_desc(uint64_t* s, int n_held) {
+__device__ __forceinline__ void sort_keys_desc(uint64_t* s, int n_held, uint64_t* scratch = nullptr) {
   int n = 1;
   while (n < n_held) n <<= 1;
   for (int i = n_held + threadIdx.x; i < n; i += blockDim.x) s[i] = 0;
   __syncthreads();
-  bitonic_sort_desc<kSlots>(s, n);
+  bitonic_sort_desc<kSlots>(s, n, scratch);
 }
 
 // ---- radix select ----
@@ -288,12 +294,15 @@ __device__ __forceinline__ void cut_candidates(const CandidateBuffer& c, int kee
 // descending when the merge reads several lists per row (it bounds the row's k-th key from the
 // lists' heads; a lone list is taken whole, in any order), write the list and its count.
 // Block-wide, after a __syncthreads; kPerThread as for cut_candidates, kSortSlots * blockDim.x
-// >= topk (the sort's registers per thread).
+// >= topk (the sort's registers per thread); sort_scratch: room for topk keys beside the buffer,
+// or null (sort_keys_desc).
 template <int kPerThread, int kSortSlots>
 __device__ __forceinline__ void write_split_list(const CandidateBuffer& c, int topk, bool sorted, int* hist,
-                                                 SelectState* st, uint64_t* out, int32_t* count) {
-  cut_candidates<kPerThread>(c, topk, hist, st);             // no-op when <= topk held
-  if (sorted) sort_keys_desc<kSortSlots>(c.keys, *c.count);  // c.keys has room for the padding to a power of two
+                                                 SelectState* st, uint64_t* out, int32_t* count,
+                                                 uint64_t* sort_scratch) {
+  cut_candidates<kPerThread>(c, topk, hist, st);  // no-op when <= topk held
+  // c.keys has room for the padding to a power of two
+  if (sorted) sort_keys_desc<kSortSlots>(c.keys, *c.count, sort_scratch);
   const int n_out = *c.count;
   for (int i = threadIdx.x; i < n_out; i += blockDim.x) out[i] = c.keys[i];
   if (threadIdx.x == 0) *count = n_out;

@@ -274,8 +274,10 @@ __device__ __forceinline__ void score_group(const TopkArgs& g, const Shared& s, 
       if (tid == 0) g.counts[slot] = 0;
       continue;
     }
-    write_split_list<kCap / kThreads, kMaxTopk / kThreads>(s.buf(rr), g.topk, g.n_splits > 1, s.hist, s.sel, g.cand + slot * g.ws_topk,
-                                      g.counts + slot);
+    // The row's buffer (kCap keys) has no room for the sort's second buffer.
+    write_split_list<kCap / kThreads, kMaxTopk / kThreads>(s.buf(rr), g.topk, g.n_splits > 1, s.hist, s.sel,
+                                                           g.cand + slot * g.ws_topk, g.counts + slot,
+                                                           /*sort_scratch=*/nullptr);
   }
 }
 

@@ -52,7 +52,10 @@ constexpr int kSplitCap = 2 * kMaxTopk;         // candidate buffer of a split
 constexpr int kMergeCap = 8 * kMaxTopk;         // keys in play the merge holds in shared memory
 constexpr int kMergeUnroll = 8;                 // list loads in flight per thread in a merge pass
 static_assert(kMergeThreads >= kMaxTopk, "the merge sorts its k winners one per thread");
+constexpr int kSortAllKeys = 2 * kMergeThreads;  // keys in play the merge sorts whole (two per thread)
+static_assert(2 * kSortAllKeys <= kMergeCap, "the whole sort uses s_keys as two buffers");
 static_assert(kMaxTopk % kSplitThreads == 0, "a split sorts its list in kMaxTopk / kSplitThreads slots");
+static_assert(kSplitCap >= 2 * kMaxTopk, "a split sorts its list with the buffer's second half as scratch");
 constexpr int kItemsPerThread = kTileKeys * (kHeadDim / 8) / kSplitThreads;  // 8-dim words per thread per tile
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem) {
@@ -214,8 +217,8 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
     if (s_count > kSplitCap - kTileKeys) cut_candidates<kSplitCap / kSplitThreads>(buf, g.topk, s_hist, &s_sel);
   }
 
-  write_split_list<kSplitCap / kSplitThreads, kMaxTopk / kSplitThreads>(buf, g.topk, g.n_splits > 1, s_hist, &s_sel, g.cand + slot * g.ws_topk,
-                                              g.counts + slot);
+  write_split_list<kSplitCap / kSplitThreads, kMaxTopk / kSplitThreads>(
+      buf, g.topk, g.n_splits > 1, s_hist, &s_sel, g.cand + slot * g.ws_topk, g.counts + slot, buf.keys + kMaxTopk);
 }
 
 // One block per row. The row's candidates are the valid entries of its splits' lists (list s
@@ -317,7 +320,7 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
       warp_append(key != 0 && key >= thr, key, s_take, &s_n_take, kMaxTopk);
     }
     __syncthreads();
-    sort_keys_desc<1>(s_take, k);  // s_n_take == k <= kMaxTopk <= kMergeThreads
+    sort_keys_desc<1>(s_take, k, s_keys);  // s_n_take == k <= kMaxTopk <= kMergeThreads; s_keys is free
     for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_take[i]) : -1;
   };
 
@@ -378,6 +381,14 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
       }
     }
     __syncthreads();
+    if (s_n_play <= kSortAllKeys) {
+      // Few keys in play: sorting them all (registers, shuffles, two buffers in s_keys) costs
+      // less than the radix select, the take and the sort of the k winners, which are then the
+      // first k.
+      sort_keys_desc<kSortAllKeys / kMergeThreads>(s_keys, s_n_play, s_keys + kSortAllKeys);
+      for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_keys[i]) : -1;
+      return;
+    }
     if (s_n_play <= kMergeCap) {
       select_take_write(s_n_play, 56, true);
       return;
