@@ -52,7 +52,10 @@ constexpr int kSplitCap = 2 * kMaxTopk;         // candidate buffer of a split
 constexpr int kMergeCap = 8 * kMaxTopk;         // keys in play the merge holds in shared memory
 constexpr int kMergeUnroll = 8;                 // list loads in flight per thread in a merge pass
 static_assert(kMergeThreads >= kMaxTopk, "the merge sorts its k winners one per thread");
-constexpr int kSortAllKeys = 2 * kMergeThreads;  // keys in play the merge sorts whole (two per thread)
+// Keys in play the merge sorts whole (one per thread): at 4K context (~650 in play) that beat the
+// select + take + sort by 0.6 us a call; at 2048 (two per thread) it lost 2.4 us at 64K keys (~1125
+// in play) on the H200 (bench/results/NOTES.md).
+constexpr int kSortAllKeys = kMergeThreads;
 static_assert(2 * kSortAllKeys <= kMergeCap, "the whole sort uses s_keys as two buffers");
 static_assert(kMaxTopk % kSplitThreads == 0, "a split sorts its list in kMaxTopk / kSplitThreads slots");
 static_assert(kSplitCap >= 2 * kMaxTopk, "a split sorts its list with the buffer's second half as scratch");
