@@ -12,10 +12,11 @@
 //          that the lists' first min(c, count) keys number at least k, the least of those keys,
 //          T, has at least k keys at or above it, so only keys >= T (each list's head, read up
 //          to the first key below T) can be selected: usually a few times k of the S x topk
-//          candidates. They are gathered into shared memory and radix-selected there. Should
-//          they not fit (heavy ties around T), the general path runs: histogram passes over the
-//          lists (L2) until the keys in play fit, then the passes in shared memory. The k
-//          winners are sorted (bitonic, in registers and warp shuffles) into the output.
+//          candidates. They are gathered into shared memory and radix-selected there (at most
+//          one per thread: sorted whole, the first k taken). Should they not fit (heavy ties
+//          around T), the general path runs: histogram passes over the lists (L2) until the keys
+//          in play fit, then the passes in shared memory. The k winners are sorted (bitonic, in
+//          registers and warp shuffles) into the output.
 // Nothing is sized by the context: the workspace holds topk keys per (row, split) slot.
 //
 // Why the scores are exact: q and the keys are e2m1 codes times powers of two, so every product
