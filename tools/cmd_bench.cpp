@@ -46,6 +46,7 @@ using nlohmann::json;
 
 struct BenchArgs {
   std::string model, synthetic, out, commit = "unknown", command;
+  std::string argv;                      // the process's command line, recorded as run
   std::vector<std::string> layer_types;  // synthetic: per-layer swa|csa|hca (default: Flash's pattern)
   std::string dense_decode = "proj";     // GpuModelOptions::dense_decode
   std::string pdl = "on";                // on | off: cuda::set_pdl_enabled, before the model loads
@@ -259,6 +260,10 @@ int run_bench(const BenchArgs& a) {
   out["gpu"] = prop.name;
   out["commit"] = a.commit;
   out["command"] = a.command;
+  out["argv"] = a.argv;
+  // The revision CMake saw when the build was configured: stale after later commits without a
+  // reconfigure, so --commit stays the one to trust.
+  out["configured_rev"] = DSV4_GIT_REV;
   out["model"] = a.model.empty() ? fmt::format("synthetic flash, {} layers", cfg->n_layers) : a.model;
   out["dense_decode"] = a.dense_decode;
   out["pdl"] = a.pdl;
@@ -405,9 +410,10 @@ int run_bench(const BenchArgs& a) {
 
 }  // namespace
 
-void register_bench(CLI::App& app, int& exit_code) {
+void register_bench(CLI::App& app, int& exit_code, const std::string& argv) {
   auto* cmd = app.add_subcommand("bench", "GPU decode/prefill ladder: step times, category split, roofline ratio");
   auto a = std::make_shared<BenchArgs>();
+  a->argv = argv;
   cmd->add_option("--model", a->model, "checkpoint directory (W4A16)");
   cmd->add_option("--synthetic", a->synthetic, "flash: random weights generated in GPU memory");
   cmd->add_option("--layers", a->layers, "layers of the synthetic model")->capture_default_str();

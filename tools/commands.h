@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace dsv4::cli {
 
@@ -12,6 +13,7 @@ void register_make_model(CLI::App& app, int& exit_code);
 void register_tokenizer_commands(CLI::App& app, int& exit_code);  // tokenize, detokenize
 void register_serve(CLI::App& app, int& exit_code);
 void register_generate(CLI::App& app, int& exit_code);
-void register_bench(CLI::App& app, int& exit_code);  // CUDA builds only
+// CUDA builds only; argv: the process's command line, which the result JSON records.
+void register_bench(CLI::App& app, int& exit_code, const std::string& argv);
 
 }  // namespace dsv4::cli

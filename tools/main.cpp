@@ -1,5 +1,6 @@
 // main.cpp: the dsv4 command line. Subcommands live in cmd_*.cpp; this file only wires them up.
 #include <fmt/format.h>
+#include <string>
 
 #include "tools/commands.h"
 
@@ -19,7 +20,9 @@ int main(int argc, char** argv) {
   dsv4::cli::register_generate(app, exit_code);
 #endif
 #ifdef DSV4_HAVE_CUDA_RUNNER
-  dsv4::cli::register_bench(app, exit_code);
+  std::string command_line;
+  for (int i = 0; i < argc; ++i) command_line += (i > 0 ? " " : "") + std::string(argv[i]);
+  dsv4::cli::register_bench(app, exit_code, command_line);
 #endif
   CLI11_PARSE(app, argc, argv);
   return exit_code;
