@@ -166,10 +166,10 @@ void Engine::Impl::reap_aborts() {
   for (Request* r : aborted) finish(r, FinishReason::kAbort, TokenEvent{});
 }
 
-void Engine::Impl::finish(Request* r, FinishReason reason, TokenEvent ev, Status error, bool stop_string) {
+void Engine::Impl::finish(Request* r, FinishReason reason, TokenEvent ev, Status error) {
   const auto now = Clock::now();
   // A stop string discards what followed it; any other end releases the held-back text.
-  if (!stop_string) r->text->flush(&ev.text);
+  if (!ev.stop_string) r->text->flush(&ev.text);
   ev.finish = reason;
   ev.error = std::move(error);
   ev.n_prompt_tokens = int32_t(r->n_prompt);
@@ -303,7 +303,6 @@ void Engine::Impl::step(const StepPlan& plan) {
     r->last_token = t1;
 
     FinishReason fin = FinishReason::kNone;
-    bool stop_string = false;
     const StopParams& sp = r->stop;
     if (!sp.ignore_eos && id == limits.eos_token_id) {
       fin = FinishReason::kStop;
@@ -316,7 +315,6 @@ void Engine::Impl::step(const StepPlan& plan) {
       std::string matched;
       if (r->text->push(id, &ev.text, &matched)) {
         fin = FinishReason::kStop;
-        stop_string = true;
         ev.stop_string = true;
         ev.stop_reason = std::move(matched);
       }
@@ -326,7 +324,7 @@ void Engine::Impl::step(const StepPlan& plan) {
       fin = FinishReason::kLength;
     }
     if (fin != FinishReason::kNone) {
-      finish(r, fin, std::move(ev), Status::ok(), stop_string);
+      finish(r, fin, std::move(ev), Status::ok());
     } else {
       r->stream->push(std::move(ev));
     }

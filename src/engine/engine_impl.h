@@ -32,8 +32,8 @@ struct Engine::Impl {
   void take_inbox(bool* stop);
   void reap_aborts();
   void step(const engine_detail::StepPlan& plan);
-  void finish(engine_detail::Request* r, FinishReason reason, TokenEvent ev, Status error = Status::ok(),
-              bool stop_string = false);
+  // ev.stop_string: the text after the stop string is dropped, not flushed.
+  void finish(engine_detail::Request* r, FinishReason reason, TokenEvent ev, Status error = Status::ok());
   void update_gauges();
   Status validate(const GenerationRequest& r) const;
 
