@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <ctime>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -341,6 +342,17 @@ json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool 
   return rows;
 }
 
+// --moe-force: the MoE rows (time, breakdown, timeline) with these GEMM launches instead of the
+// heuristics' (an A/B of a launch against the heuristics: run the benchmark with and without).
+std::optional<MoeDiagnosticLaunches> g_moe_force;
+// The diagnostic launches of a measured MoE call: forced ones if asked, else the heuristics'.
+MoeDiagnosticLaunches moe_launches(int launches) {
+  MoeDiagnosticLaunches d = g_moe_force.value_or(MoeDiagnosticLaunches{});
+  d.force_configs = g_moe_force.has_value();
+  d.launches = launches;
+  return d;
+}
+
 // Timeline of one MoE call (the heuristics' launches) in the middle of a graph of kCalls chained
 // calls: the per-block stamps of its three launches (MoeDiagnosticLaunches::trace), printed and
 // returned as percentiles per launch and point, in us from the router's first block entry.
@@ -350,9 +362,7 @@ json moe_timeline(Ctx& c, int m, int launches, const std::function<void(int, con
   DeviceBuffer tr = alloc(kMaxBlocks * kMoeTracePoints * 8);
   CK(cudaMemset(tr.get(), 0, tr.bytes()));
   int blocks[3] = {0, 0, 0};
-  MoeDiagnosticLaunches d;
-  d.force_configs = false;
-  d.launches = launches;
+  MoeDiagnosticLaunches d = moe_launches(launches);
   d.trace = tr.as<unsigned long long>();
   d.trace_capacity = int64_t(kMaxBlocks);
   d.trace_blocks = blocks;
@@ -492,7 +502,8 @@ json bench_moe(Ctx& c, const std::vector<int>& ms, const std::vector<int>& lab_m
     double bytes_sum = 0;
     for (int i = 0; i < kInputs; ++i) {
       MoeArgs a{xs[size_t(i)].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
-      CKS(moe_forward(weights(i % kLayers), a, ws, c.s));
+      const MoeDiagnosticLaunches d = moe_launches(3);
+      CKS(moe_forward(weights(i % kLayers), a, ws, c.s, &d));
       CK(cudaStreamSynchronize(c.s));
       std::vector<int> ids(size_t(m) * K);
       CK(cudaMemcpy(ids.data(), ws.topk_ids(), ids.size() * 4, cudaMemcpyDeviceToHost));
@@ -500,9 +511,10 @@ json bench_moe(Ctx& c, const std::vector<int>& ms, const std::vector<int>& lab_m
       bytes_sum += double(E) * H * 2 + (double(uniq.size()) + 1) * expert_bytes + 2.0 * m * H * 2;
     }
     const double bytes = bytes_sum / kInputs;
+    const MoeDiagnosticLaunches whole = moe_launches(3);
     const double us = time_graph(c.s, kInputs * 2, [&](int i) {
       MoeArgs a{xs[size_t(i % kInputs)].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
-      CKS(moe_forward(weights(i % kLayers), a, ws, c.s));
+      CKS(moe_forward(weights(i % kLayers), a, ws, c.s, &whole));
     });
     // The model's form below 257 tokens (MoeArgs::deferred: the combine left to the next HCPost,
     // which adds the pair rows beside its other loads): not a complete layer on its own.
@@ -510,7 +522,7 @@ json bench_moe(Ctx& c, const std::vector<int>& ms, const std::vector<int>& lab_m
     const double deferred_us = time_graph(c.s, kInputs * 2, [&](int i) {
       MoeArgs a{xs[size_t(i % kInputs)].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
       a.deferred = &pairs;
-      CKS(moe_forward(weights(i % kLayers), a, ws, c.s));
+      CKS(moe_forward(weights(i % kLayers), a, ws, c.s, &whole));
     });
     const double flops = 2.0 * m * (K + 1) * (double(2 * I) * H + double(H) * I);
     const int rows_pe = std::max(1, (m * K + E - 1) / E);
@@ -542,9 +554,7 @@ json bench_moe(Ctx& c, const std::vector<int>& ms, const std::vector<int>& lab_m
     // same chain, so differences include the PDL overlap between the launches).
     json parts = json::array();
     for (int launches : {1, 2}) {
-      MoeDiagnosticLaunches d;
-      d.launches = launches;
-      d.force_configs = false;
+      const MoeDiagnosticLaunches d = moe_launches(launches);
       const double part_us = time_graph(c.s, kInputs * 2, [&](int i) {
         MoeArgs a{xs[size_t(i % kInputs)].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
         CKS(moe_forward(weights(i % kLayers), a, ws, c.s, &d));
@@ -563,9 +573,7 @@ json bench_moe(Ctx& c, const std::vector<int>& ms, const std::vector<int>& lab_m
       r[launches == 3 ? "timeline" : "timeline_router_chain"] =
           moe_timeline(c, m, launches, [&](int i, const MoeDiagnosticLaunches* d) {
             MoeArgs a{xs[size_t(i % kInputs)].as<__nv_bfloat16>(), H, nullptr, m, y.as<__nv_bfloat16>(), H};
-            MoeDiagnosticLaunches plain;
-            plain.force_configs = false;
-            plain.launches = launches;
+            const MoeDiagnosticLaunches plain = moe_launches(launches);
             CKS(moe_forward(weights(i % kLayers), a, ws, c.s, d != nullptr ? d : &plain));
           });
     }
@@ -658,6 +666,12 @@ int main(int argc, char** argv) {
     else if (a == "--moe-ms" && i + 1 < argc) moe_ms_arg = parse_list(argv[++i]);
     else if (a == "--moe-lab-ms" && i + 1 < argc) moe_lab_ms = parse_list(argv[++i]);
     else if (a == "--moe-timeline-ms" && i + 1 < argc) g_moe_timeline_ms = parse_list(argv[++i]);
+    else if (a == "--moe-force" && i + 1 < argc) {
+      const std::vector<int> f = parse_list(argv[++i]);
+      DSV4_CHECK(f.size() == 6, "--moe-force wants up_config,splits,stages,down_config,splits,stages; got {} numbers",
+                 f.size());
+      g_moe_force = MoeDiagnosticLaunches{f[0], f[1], f[2], f[3], f[4], f[5]};
+    }
     else if (a == "--shapes" && i + 1 < argc) {
       only_shapes = ",";
       only_shapes += argv[++i];
@@ -667,7 +681,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--out FILE] [--commit SHA] [--command STR] [--quick] [--profile] [--no-moe] [--no-dense]\n"
                    "          [--lab] [--lab-ms 1,16,32] [--moe-lab-ms 1,..] [--ms 1,16,..] [--moe-ms 1,..]\n"
-                   "          [--shapes wq_b,wo_b,..] [--prefill-lab 1024,4096] [--moe-timeline-ms 1,..]\n",
+                   "          [--shapes wq_b,wo_b,..] [--prefill-lab 1024,4096] [--moe-timeline-ms 1,..]\n"
+                   "          [--moe-force up_cfg,splits,stages,down_cfg,splits,stages]\n",
                    argv[0]);
       return 2;
     }
