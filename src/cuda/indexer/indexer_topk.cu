@@ -4,11 +4,12 @@
 //          (decode the fp4 records to bf16 in shared memory, mma.sync m16n8k16 with the 64
 //          heads as M, then the reference's rounding chain and the head sum in head order) and
 //          keeps its own top-k of 64-bit (score, index) keys (a split of at most topk keys keeps
-//          them all without selecting), sorted descending when the row has more than one split.
+//          them all without selecting), sorted descending when the row has more than one split
+//          and more than kSortAllKeys keys.
 //          This is the decode kernel (at most kWideRows rows); wide launches (prefill chunks)
 //          run the multi-row kernel of indexer_rows.cu, which writes the same lists;
 //   merge: one block per row selects the global top-k from the splits' lists (only their valid
-//          entries). The lists' heads bound the k-th key from below: with the smallest c such
+//          entries). A row of at most kSortAllKeys candidates is sorted whole. Otherwise the lists' heads bound the k-th key from below: with the smallest c such
 //          that the lists' first min(c, count) keys number at least k, the least of those keys,
 //          T, has at least k keys at or above it, so only keys >= T (each list's head, read up
 //          to the first key below T) can be selected: usually a few times k of the S x topk
@@ -221,8 +222,11 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
     if (s_count > kSplitCap - kTileKeys) cut_candidates<kSplitCap / kSplitThreads>(buf, g.topk, s_hist, &s_sel);
   }
 
+  // Sorted lists are what the merge's bound search needs; a row of at most kSortAllKeys keys has
+  // no search (the merge sorts all of them), so its splits skip their sorts.
   write_split_list<kSplitCap / kSplitThreads, kMaxTopk / kSplitThreads>(
-      buf, g.topk, g.n_splits > 1, s_hist, &s_sel, g.cand + slot * g.ws_topk, g.counts + slot, buf.keys + kMaxTopk);
+      buf, g.topk, g.n_splits > 1 && n_vis > kSortAllKeys, s_hist, &s_sel, g.cand + slot * g.ws_topk, g.counts + slot,
+      buf.keys + kMaxTopk);
 }
 
 // One block per row. The row's candidates are the valid entries of its splits' lists (list s
@@ -327,6 +331,18 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
     sort_keys_desc<1>(s_take, k, s_keys);  // s_n_take == k <= kMaxTopk <= kMergeThreads; s_keys is free
     for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_take[i]) : -1;
   };
+
+  // Short rows (contexts up to ~4K): every candidate is in play, sorted whole (one per thread),
+  // the first k taken. No bound search, no second round trip to the lists, and the splits did
+  // not sort theirs.
+  if (n_cand <= kSortAllKeys) {
+    static_assert(kSortAllKeys == kMergeThreads, "one candidate per thread");
+    if (tid < n_cand) s_keys[tid] = entry(tid);
+    __syncthreads();
+    sort_keys_desc<kSortAllKeys / kMergeThreads>(s_keys, n_cand, s_keys + kSortAllKeys);
+    for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_keys[i]) : -1;
+    return;
+  }
 
   // Fast path: gather the keys >= T from the sorted lists' heads (see the file comment).
   if (k < n_cand) {
