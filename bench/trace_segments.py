@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""trace_segments.py: a `dsv4 bench --kernel-trace N` result split into per-layer segments.
+
+The kernel trace (src/gpu/kernel_timeline.h) lists every kernel of the median traced decode step
+with its start and end. A kernel's "exposed" time says how far it moved the step's end, but with
+programmatic dependent launches a kernel taken out of the chain often hands its exposure to its
+neighbours (an earlier launch of the next kernel competes with the one before). What a change to
+the chain buys shows better as the time between fixed landmarks of each layer: here the end of
+the wq_a|wkv GEMM (the first kernel of a layer's attention), the end of the attention combine and
+the indexer's launches on CSA layers. Usage:
+
+  python3 bench/trace_segments.py RESULT.json [RESULT2.json ...]
+"""
+import json
+import statistics
+import sys
+
+
+def trace_rows(path):
+    with open(path) as f:
+        d = json.load(f)
+    for run in d.get("runs", []):
+        if "kernel_trace" in run:
+            return run["kernel_trace"]["rows"], run["kernel_trace"]["median_span_us"]
+    raise SystemExit(f"{path}: no kernel_trace (run dsv4 bench with --kernel-trace N)")
+
+
+def first(rows, lo, hi, needle):
+    for j in range(lo, hi):
+        if needle in rows[j]["name"]:
+            return j
+    return None
+
+
+def segments(rows):
+    # A layer starts at its wq_a|wkv GEMM: the decode GEMM launch of grid (12, 8, 1) at Flash
+    # shapes (N = 1536 in 128-column tiles, 8 splits).
+    starts = [i for i, r in enumerate(rows) if r["grid"] == [12, 8, 1] and "w4a16" in r["name"]]
+    seg = {}
+    for a, b in zip(starts, starts[1:]):
+        comb = first(rows, a, b, "attention_combine")
+        if comb is None:
+            continue
+        kind = "csa" if first(rows, a, b, "indexer_split") is not None else "swa/hca"
+        end = lambda j: rows[j]["end_us"]
+        seg.setdefault(f"{kind}: wqkv end -> combine end", []).append(end(comb) - end(a))
+        seg.setdefault(f"{kind}: combine end -> next wqkv end", []).append(end(b) - end(comb))
+        seg.setdefault(f"{kind}: layer", []).append(end(b) - end(a))
+        if kind == "csa":
+            prep, split, merge = (first(rows, a, b, n) for n in ("indexer_prepare", "indexer_split", "indexer_merge"))
+            if None not in (prep, split, merge):
+                seg.setdefault("csa: prep end -> split end", []).append(end(split) - end(prep))
+                seg.setdefault("csa: split end -> merge end", []).append(end(merge) - end(split))
+                seg.setdefault("csa: merge end -> combine end", []).append(end(comb) - end(merge))
+    return seg
+
+
+def main():
+    if len(sys.argv) < 2:
+        raise SystemExit(__doc__)
+    for path in sys.argv[1:]:
+        rows, span = trace_rows(path)
+        print(f"== {path}: step span {span:.1f} us, {len(rows)} kernels")
+        for name, v in sorted(segments(rows).items()):
+            print(f"  {name:38s} n {len(v):2d}  median {statistics.median(v):7.2f} us  sum {sum(v):8.1f} us")
+
+
+if __name__ == "__main__":
+    main()
