@@ -1,0 +1,54 @@
+"""test_trace_segments.py: bench/trace_segments.py on a hand-made kernel trace of three layers (an
+SWA layer, a CSA layer, then the start of a third): the segments between the landmarks (wq_a|wkv
+end, the indexer's launches, the attention combine) come out as the rows say, and a result
+without a trace is refused with a message. Usage: python3 tests/python/test_trace_segments.py"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import REPO, check  # noqa: E402
+
+sys.path.insert(0, os.path.join(REPO, "bench"))
+import trace_segments  # noqa: E402
+
+
+def row(name, end, grid=(1, 1, 1)):
+    return {"name": name, "start_us": end - 1.0, "end_us": end, "grid": list(grid), "exposed_us": 0.0}
+
+
+def main():
+    wqkv = "w4a16_decode_kernel<1, 2, 4, false>"
+    rows = [row("mix_finish_kernel", 1.0), row(wqkv, 10.0, (12, 8, 1)),  # layer 0 (SWA)
+            row("q_norm_rope_kernel", 14.0), row("attention_combine_kernel", 30.0),
+            row("moe_route_kernel<1, 1>", 60.0), row(wqkv, 110.0, (12, 8, 1)),  # layer 1 (CSA)
+            row("indexer_prepare_q_kernel", 120.0), row("indexer_split_kernel", 129.0),
+            row("indexer_merge_kernel", 141.0), row("attention_combine_kernel", 150.0),
+            row(wqkv, 230.0, (12, 8, 1))]  # layer 2 starts
+    seg = trace_segments.segments(rows)
+    check(seg["swa/hca: wqkv end -> combine end"] == [20.0], seg)
+    check(seg["swa/hca: combine end -> next wqkv end"] == [80.0], seg)
+    check(seg["swa/hca: layer"] == [100.0], seg)
+    check(seg["csa: wqkv end -> combine end"] == [40.0], seg)
+    check(seg["csa: prep end -> split end"] == [9.0], seg)
+    check(seg["csa: split end -> merge end"] == [12.0], seg)
+    check(seg["csa: merge end -> combine end"] == [9.0], seg)
+    check(seg["csa: layer"] == [120.0], seg)
+    script = os.path.join(REPO, "bench", "trace_segments.py")
+    with tempfile.TemporaryDirectory() as d:
+        good, bad = os.path.join(d, "good.json"), os.path.join(d, "bad.json")
+        with open(good, "w") as f:
+            json.dump({"runs": [{"batch": 1}, {"kernel_trace": {"rows": rows, "median_span_us": 230.0}}]}, f)
+        with open(bad, "w") as f:
+            json.dump({"runs": [{"batch": 1}]}, f)
+        p = subprocess.run([sys.executable, script, good], capture_output=True, text=True)
+        check(p.returncode == 0 and "csa: split end -> merge end" in p.stdout and "12.00" in p.stdout, p)
+        p = subprocess.run([sys.executable, script, bad], capture_output=True, text=True)
+        check(p.returncode != 0 and "no kernel_trace" in p.stderr, p)
+    print("test_trace_segments: all passed")
+
+
+if __name__ == "__main__":
+    main()
