@@ -342,6 +342,8 @@ json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool 
   return rows;
 }
 
+// --moe-pattern: the M = 1 row also times testing::tile_stream_read, the GEMMs' reads alone.
+bool g_moe_pattern = false;
 // --moe-force: the MoE rows (time, breakdown, timeline) with these GEMM launches instead of the
 // heuristics' (an A/B of a launch against the heuristics: run the benchmark with and without).
 std::optional<MoeDiagnosticLaunches> g_moe_force;
@@ -565,6 +567,36 @@ json bench_moe(Ctx& c, const std::vector<int>& ms, const std::vector<int>& lab_m
                 parts[1].get<double>() - parts[0].get<double>(), us - parts[1].get<double>());
     r["router_us"] = parts[0];
     r["router_gate_up_us"] = parts[1];
+    if (m == 1 && g_moe_pattern && !g_profile) {
+      // The ceiling of the access pattern: the GEMMs' reads of 7 experts (d16n128 blocks, rings of
+      // 4 KB + 128 B slots) with no arithmetic, over rotating expert sets and both layers.
+      json pat = json::array();
+      DeviceBuffer sink = alloc(4096 * 4);
+      for (const bool up : {true, false})
+        for (int stages : {2, 3, 4}) {
+          const size_t qb = up ? q13 : q2, sb = up ? s13 : s2;
+          const double pbytes = double(K + 1) * double(qb + sb);
+          const double pus = time_graph(c.s, 16, [&](int i) {
+            const Layer& L = layers[size_t(i % kLayers)];
+            testing::TileReadArgs t;
+            t.qweight = up ? L.w13q.get() : L.w2q.get();
+            t.scales = up ? L.w13s.get() : L.w2s.get();
+            t.expert_bytes = qb;
+            t.expert_scale_bytes = sb;
+            t.n = up ? 2 * I : H;
+            t.k = up ? H : I;
+            t.n_experts = K + 1;
+            for (int e = 0; e <= K; ++e) t.experts[e] = (i * 53 + e * 37) % E;
+            t.stages = stages;
+            CKS(testing::tile_stream_read(t, sink.as<float>(), c.s));
+          });
+          const double pgbs = pbytes / (pus * 1e-6) / 1e9;
+          std::printf("moe        M=1     pattern read %-7s 7 experts, %d stages: %7.2f us %7.0f GB/s %5.1f%% copy\n",
+                      up ? "gate/up" : "down", stages, pus, pgbs, 100.0 * pgbs / c.copy_gbs);
+          pat.push_back({{"gemm", up ? "gate_up" : "down"}, {"stages", stages}, {"us", pus}, {"gbs", pgbs}});
+        }
+      r["pattern_read"] = pat;
+    }
     // The timeline of one call in a chain of whole layers, then in a chain of routers alone (no
     // expert weights streamed between them: the router's code and data stay in L2).
     for (int launches : {3, 1}) {
@@ -666,6 +698,7 @@ int main(int argc, char** argv) {
     else if (a == "--moe-ms" && i + 1 < argc) moe_ms_arg = parse_list(argv[++i]);
     else if (a == "--moe-lab-ms" && i + 1 < argc) moe_lab_ms = parse_list(argv[++i]);
     else if (a == "--moe-timeline-ms" && i + 1 < argc) g_moe_timeline_ms = parse_list(argv[++i]);
+    else if (a == "--moe-pattern") g_moe_pattern = true;
     else if (a == "--moe-force" && i + 1 < argc) {
       const std::vector<int> f = parse_list(argv[++i]);
       DSV4_CHECK(f.size() == 6, "--moe-force wants up_config,splits,stages,down_config,splits,stages; got {} numbers",
@@ -682,7 +715,7 @@ int main(int argc, char** argv) {
                    "usage: %s [--out FILE] [--commit SHA] [--command STR] [--quick] [--profile] [--no-moe] [--no-dense]\n"
                    "          [--lab] [--lab-ms 1,16,32] [--moe-lab-ms 1,..] [--ms 1,16,..] [--moe-ms 1,..]\n"
                    "          [--shapes wq_b,wo_b,..] [--prefill-lab 1024,4096] [--moe-timeline-ms 1,..]\n"
-                   "          [--moe-force up_cfg,splits,stages,down_cfg,splits,stages]\n",
+                   "          [--moe-force up_cfg,splits,stages,down_cfg,splits,stages] [--moe-pattern]\n",
                    argv[0]);
       return 2;
     }
