@@ -3,9 +3,10 @@
 # profile of the main kernels, the decode lab sweeps and the W4A16 benchmark with its PyTorch
 # peer; logs and results go to $OUT. The binaries are built on the development machine
 # (cmake --build build-h200, sm_90) and carried in .carry/bin, with libfmt/libgomp in .carry/lib.
-# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, serve, longcmp, peer, prof, lab, plab, quick, full, torch)
+# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, serve, longcmp, peer, prof, lab, plab, pattern, quick, full, torch)
 #   lab: forced decode launches (dense wq_b/wo_b at M = 1, 16, 32; wq_a, w2, w13 at M = 1, 16; the
 #        MoE GEMMs at M = 1), every configuration x split-K x ring depth x L2 window.
+#   pattern: the MoE layer at M = 1 beside its GEMMs' reads alone (w4a16_bench --moe-pattern).
 #   quick/full: the benchmark (quick: M = 1, 16, 4096); torch: its PyTorch int4 peer and the table.
 set -uo pipefail
 COMMIT=${1:-unknown}
@@ -114,6 +115,12 @@ if has plab; then
     --command "bash bench/run_h200.sh $COMMIT $STEPS; PLAB_MS='${PLAB_MS:-}'" --out "$OUT/w4a16_prefill_lab.json" \
     > "$OUT/plab.log" 2>&1
   echo "plab rc=$?"; grep -E "^plab" "$OUT/plab.log" | cut -c1-130
+fi
+if has pattern; then
+  # The MoE GEMMs' reads alone (testing::tile_stream_read) beside the layer itself, at M = 1.
+  $BIN/w4a16_bench --no-dense --moe-ms 1 --moe-pattern --out "$OUT/pattern.json" --commit "$COMMIT" \
+    --command "bash bench/run_h200.sh $COMMIT $STEPS" > "$OUT/pattern.log" 2>&1
+  echo "pattern rc=$?"; grep -E "^moe .*(M=1 |pattern)" "$OUT/pattern.log" | head -12
 fi
 if has quick || has full; then
   Q=""; has quick && Q="--quick"
