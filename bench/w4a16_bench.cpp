@@ -355,7 +355,7 @@ MoeDiagnosticLaunches moe_launches(int launches) {
   return d;
 }
 
-// Timeline of one MoE call (the heuristics' launches) in the middle of a graph of kCalls chained
+// Timeline of one MoE call (the heuristics' launches, or --moe-force's) in the middle of a graph of kCalls chained
 // calls: the per-block stamps of its three launches (MoeDiagnosticLaunches::trace), printed and
 // returned as percentiles per launch and point, in us from the router's first block entry.
 json moe_timeline(Ctx& c, int m, int launches, const std::function<void(int, const MoeDiagnosticLaunches*)>& call) {

@@ -9,8 +9,9 @@
 //          This is the decode kernel (at most kWideRows rows); wide launches (prefill chunks)
 //          run the multi-row kernel of indexer_rows.cu, which writes the same lists;
 //   merge: one block per row selects the global top-k from the splits' lists (only their valid
-//          entries). A row of at most kSortAllKeys candidates is sorted whole. Otherwise the lists' heads bound the k-th key from below: with the smallest c such
-//          that the lists' first min(c, count) keys number at least k, the least of those keys,
+//          entries). A row of at most kSortAllKeys candidates is sorted whole. Otherwise the
+//          lists' heads bound the k-th key from below: with the smallest c such that the
+//          lists' first min(c, count) keys number at least k, the least of those keys,
 //          T, has at least k keys at or above it, so only keys >= T (each list's head, read up
 //          to the first key below T) can be selected: usually a few times k of the S x topk
 //          candidates. They are gathered into shared memory and radix-selected there (at most
@@ -331,6 +332,12 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
     sort_keys_desc<1>(s_take, k, s_keys);  // s_n_take == k <= kMaxTopk <= kMergeThreads; s_keys is free
     for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_take[i]) : -1;
   };
+  // The n (<= kSortAllKeys) keys in s_keys sorted whole (one per thread, s_keys' second half as
+  // scratch): the first k are the selection.
+  auto sort_all_write = [&](int n) {
+    sort_keys_desc<kSortAllKeys / kMergeThreads>(s_keys, n, s_keys + kSortAllKeys);
+    for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_keys[i]) : -1;
+  };
 
   // Short rows (contexts up to ~4K): every candidate is in play, sorted whole (one per thread),
   // the first k taken. No bound search, no second round trip to the lists, and the splits did
@@ -339,8 +346,7 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
     static_assert(kSortAllKeys == kMergeThreads, "one candidate per thread");
     if (tid < n_cand) s_keys[tid] = entry(tid);
     __syncthreads();
-    sort_keys_desc<kSortAllKeys / kMergeThreads>(s_keys, n_cand, s_keys + kSortAllKeys);
-    for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_keys[i]) : -1;
+    sort_all_write(n_cand);
     return;
   }
 
@@ -405,8 +411,7 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
       // Few keys in play: sorting them all (registers, shuffles, two buffers in s_keys) costs
       // less than the radix select, the take and the sort of the k winners, which are then the
       // first k.
-      sort_keys_desc<kSortAllKeys / kMergeThreads>(s_keys, s_n_play, s_keys + kSortAllKeys);
-      for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_keys[i]) : -1;
+      sort_all_write(s_n_play);
       return;
     }
     if (s_n_play <= kMergeCap) {
