@@ -1,7 +1,8 @@
 // cmd_bench.cpp: `dsv4 bench`, the GPU decode and prefill ladder (issue: single-GPU forward).
 // Weights come from a checkpoint (--model) or are generated in GPU memory (--synthetic flash
 // --layers L: the same packed layouts as loaded weights, for machines whose disk cannot hold a
-// large random checkpoint). For each context length every sequence of the largest batch is
+// large random checkpoint; --layers max: the most layers of Flash's pattern, up to Flash's 43,
+// whose estimated footprint fits the device's free memory, gpu/memory_estimate.h). For each context length every sequence of the largest batch is
 // prefilled in chunks; the first one is timed (prompt tokens/s; its last chunk is profiled by
 // category). Then for each batch size, decode steps run with graphs (replay) and without (eager); the median
 // step time is compared with the roofline: bytes the step must read (weights of every layer,
@@ -32,6 +33,7 @@
 #include "cuda/w4a16/w4a16.h"
 #include "gpu/gpu_model.h"
 #include "gpu/kernel_timeline.h"
+#include "gpu/memory_estimate.h"
 #ifdef DSV4_HAVE_KERNEL_TRACE
 #include "gpu/kernel_trace.h"
 #endif
@@ -52,7 +54,7 @@ struct BenchArgs {
   std::string pdl = "on";                // on | off: cuda::set_pdl_enabled, before the model loads
   int attention_head_groups = 0;         // GpuModelOptions::attention_head_groups
   std::string compressor_branch = "on";  // on | off: GpuModelOptions::compressor_branch
-  int layers = 20;
+  std::string layers = "20";             // synthetic: a count, or "max" (the most that fit)
   std::vector<int> batches = {1, 32};
   std::vector<int64_t> contexts = {4096};
   int decode_steps = 20;
@@ -87,6 +89,16 @@ Result<double> copy_bandwidth(cudaStream_t s) {
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   return median(gbs);
+}
+
+// Flash's layer count: --layers max never builds more (MODEL_SPEC.md: n_layers 43).
+constexpr int kFlashLayers = 43;
+
+// Device memory --layers max leaves free besides the model: the copy-bandwidth buffers (2 x 2 GiB,
+// allocated after the load) and what GpuModel's KV sizing keeps back for graphs, cuBLAS and the
+// CUDA context's growth (5% of the device, at least 1 GiB).
+int64_t bench_reserve_bytes(int64_t total) {
+  return (int64_t(4) << 30) + std::max<int64_t>(int64_t(1) << 30, total / 20);
 }
 
 size_t int4_bytes(int64_t n, int64_t k) { return cuda::w4a16_qweight_bytes(int(n), int(k)) + cuda::w4a16_scales_bytes(int(n), int(k)); }
@@ -198,6 +210,19 @@ int run_bench(const BenchArgs& a) {
     return 2;
   }
 #endif
+  // The buffers of the ladder: every sequence of the largest batch holds the largest context plus
+  // the decode steps of every batch size (graphs on and off, warm-ups, traced steps).
+  const int max_b = *std::max_element(a.batches.begin(), a.batches.end());
+  const int64_t max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
+  const int64_t decode_positions = int64_t(a.decode_steps + 3) * 2 * int64_t(a.batches.size()) +
+                                   int64_t(a.kernel_trace) * int64_t(a.batches.size());
+  const int64_t ctx_blocks = (max_ctx + decode_positions + 255) / 256 + 1;
+  gpu::DeviceBytesShape shape;
+  shape.max_seqs = max_b;
+  shape.max_tokens_per_step = std::max(a.chunk, max_b);
+  shape.max_positions = ctx_blocks * 256;
+  shape.n_kv_blocks = ctx_blocks * max_b;
+
   std::unique_ptr<ModelConfig> cfg;
   std::unique_ptr<ModelWeights> weights;
   if (!a.model.empty()) {
@@ -210,24 +235,51 @@ int run_bench(const BenchArgs& a) {
   } else {
     MakeModelOptions o;
     o.preset = "flash-shaped";
-    o.layers = a.layer_types.empty() ? a.layers : int(a.layer_types.size());
     o.layer_types = a.layer_types;
+    if (!a.layer_types.empty()) {
+      o.layers = int(a.layer_types.size());
+    } else if (a.layers == "max") {
+      // The most layers of Flash's pattern whose estimate fits: one 43-layer synthetic model's
+      // prefixes stand for the shorter ones (gpu/memory_estimate.h).
+      o.layers = kFlashLayers;
+      auto c = make_model_config(o);
+      if (!c.is_ok()) return fail(c.status());
+      const auto w = ModelWeights::synthetic(*c, a.seed);
+      size_t free_b = 0, total_b = 0;
+      if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        fmt::print(stderr, "bench: --layers max: cudaMemGetInfo failed (is a GPU visible?)\n");
+        return 1;
+      }
+      const int64_t budget = int64_t(free_b) - bench_reserve_bytes(int64_t(total_b));
+      o.layers = gpu::layers_that_fit(*c, *w, shape, budget);
+      fmt::print("bench: --layers max: {} layers fit {:.1f} GiB ({:.1f} GiB free less {:.1f} GiB kept back)\n",
+                 o.layers, double(budget) / 1073741824.0, double(free_b) / 1073741824.0,
+                 double(bench_reserve_bytes(int64_t(total_b))) / 1073741824.0);
+      if (o.layers < 1) {
+        fmt::print(stderr, "bench: --layers max: not even one layer fits this ladder's buffers\n");
+        return 1;
+      }
+    } else {
+      char* end = nullptr;
+      const long n = std::strtol(a.layers.c_str(), &end, 10);
+      if (a.layers.empty() || *end != '\0' || n < 1 || n > 1000) {
+        fmt::print(stderr, "bench: --layers takes a count in 1..1000 or 'max', found '{}'\n", a.layers);
+        return 2;
+      }
+      o.layers = int(n);
+    }
     auto c = make_model_config(o);
     if (!c.is_ok()) return fail(c.status());
     cfg = std::make_unique<ModelConfig>(std::move(c).value());
     weights = ModelWeights::synthetic(*cfg, a.seed);
   }
-  const int max_b = *std::max_element(a.batches.begin(), a.batches.end());
-  const int64_t max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
-  const int64_t decode_positions = int64_t(a.decode_steps + 3) * 2 * int64_t(a.batches.size()) +
-                                   int64_t(a.kernel_trace) * int64_t(a.batches.size());
-  const int64_t ctx_blocks = (max_ctx + decode_positions + 255) / 256 + 1;
+  const gpu::DeviceBytesEstimate estimate = gpu::estimate_device_bytes(*cfg, *weights, shape);
 
   gpu::GpuModelOptions o;
-  o.max_seqs = max_b;
-  o.max_tokens_per_step = std::max(a.chunk, max_b);
-  o.max_positions = ctx_blocks * 256;
-  o.n_kv_blocks = int(ctx_blocks * max_b);
+  o.max_seqs = shape.max_seqs;
+  o.max_tokens_per_step = shape.max_tokens_per_step;
+  o.max_positions = shape.max_positions;
+  o.n_kv_blocks = int(shape.n_kv_blocks);
   o.graph_batch_sizes = a.batches;
   o.dense_decode = a.dense_decode;
   o.attention_head_groups = a.attention_head_groups;
@@ -248,6 +300,10 @@ int run_bench(const BenchArgs& a) {
              fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw, a.pdl,
              a.attention_head_groups == 0 ? std::string("auto") : std::to_string(a.attention_head_groups),
              a.compressor_branch);
+  fmt::print("bench: device bytes {:.2f} GB, estimated {:.2f} GB (weights {:.2f}, KV {:.2f}, activations {:.2f}; "
+             "gpu/memory_estimate.h)\n",
+             double(m.device_bytes()) / 1e9, double(estimate.total()) / 1e9, double(estimate.weights) / 1e9,
+             double(estimate.kv) / 1e9, double(estimate.activations) / 1e9);
 
   json out;
   out["date"] = "";
@@ -272,6 +328,8 @@ int run_bench(const BenchArgs& a) {
   out["copy_bandwidth_gbs"] = *bw;
   out["kernel_trace_steps"] = a.kernel_trace;
   out["device_bytes"] = m.device_bytes();
+  out["device_bytes_estimate"] = {{"weights", estimate.weights}, {"kv", estimate.kv},
+                                  {"activations", estimate.activations}, {"total", estimate.total()}};
   json& runs = out["runs"];
   const WeightBytes wb = weight_bytes(*cfg);
 
@@ -416,7 +474,10 @@ void register_bench(CLI::App& app, int& exit_code, const std::string& argv) {
   a->argv = argv;
   cmd->add_option("--model", a->model, "checkpoint directory (W4A16)");
   cmd->add_option("--synthetic", a->synthetic, "flash: random weights generated in GPU memory");
-  cmd->add_option("--layers", a->layers, "layers of the synthetic model")->capture_default_str();
+  cmd->add_option("--layers", a->layers,
+                  "layers of the synthetic model: a count, or max (the most of Flash's 43 whose estimated "
+                  "footprint fits the free device memory)")
+      ->capture_default_str();
   cmd->add_option("--layer-types", a->layer_types, "synthetic: per-layer swa,csa,hca (sets --layers)")->delimiter(',');
   cmd->add_option("--batch", a->batches, "decode batch sizes")->delimiter(',')->capture_default_str();
   cmd->add_option("--context", a->contexts, "context lengths (prefilled first)")->delimiter(',')->capture_default_str();

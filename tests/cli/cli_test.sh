@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cli_test.sh: the command line end to end: make-model -> inspect -> logits (one-shot, chunked,
-# bf16, the CSA selections of --selected), and inspect's exit code on a damaged checkpoint. Usage: cli_test.sh BUILD_DIR
+# bf16, the CSA selections of --selected), inspect's exit code on a damaged checkpoint, and
+# bench's --layers check. Usage: cli_test.sh BUILD_DIR
 set -euo pipefail
 bin="$1/dsv4"
 work=$(mktemp -d)
@@ -96,4 +97,9 @@ grep -q "cannot allocate the \[65536, 65536\] fp32 output" "$work/err"
 truncate -s 100 "$work/m/model-00003-of-00006.safetensors"
 if "$bin" inspect --model "$work/m" > "$work/inspect2.log"; then exit 1; fi
 grep -q "^INVALID" "$work/inspect2.log"
+# bench (CUDA builds): a malformed --layers is refused before anything touches a GPU.
+if "$bin" bench --help > /dev/null 2>&1; then
+  if "$bin" bench --synthetic flash --layers 2x 2> "$work/err"; then exit 1; fi
+  grep -q "takes a count in 1..1000 or 'max', found '2x'" "$work/err"
+fi
 echo "cli_test: ok"
