@@ -5,7 +5,8 @@
 // Method (METHOD.md): bytes counted up front; every timing is a CUDA graph of L launches replayed
 // many times, timed with CUDA events, median of the replays divided by L; launches rotate over
 // weight sets (and MoE inputs) totalling more than 3x the L2, so weights come from DRAM as they
-// do in a real step.
+// do in a real step. --weights-l2 first reads the decode weights with L2 evict-first priority
+// (arch.h set_weights_evict_first), for an A/B against the default in two runs.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -699,6 +700,11 @@ int main(int argc, char** argv) {
     else if (a == "--moe-lab-ms" && i + 1 < argc) moe_lab_ms = parse_list(argv[++i]);
     else if (a == "--moe-timeline-ms" && i + 1 < argc) g_moe_timeline_ms = parse_list(argv[++i]);
     else if (a == "--moe-pattern") g_moe_pattern = true;
+    else if (a == "--weights-l2" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      DSV4_CHECK(v == "normal" || v == "first", "--weights-l2 takes normal or first, found '{}'", v);
+      set_weights_evict_first(v == "first");  // before any launch is planned or captured (arch.h)
+    }
     else if (a == "--moe-force" && i + 1 < argc) {
       const std::vector<int> f = parse_list(argv[++i]);
       DSV4_CHECK(f.size() == 6, "--moe-force wants up_config,splits,stages,down_config,splits,stages; got {} numbers",
@@ -715,7 +721,8 @@ int main(int argc, char** argv) {
                    "usage: %s [--out FILE] [--commit SHA] [--command STR] [--quick] [--profile] [--no-moe] [--no-dense]\n"
                    "          [--lab] [--lab-ms 1,16,32] [--moe-lab-ms 1,..] [--ms 1,16,..] [--moe-ms 1,..]\n"
                    "          [--shapes wq_b,wo_b,..] [--prefill-lab 1024,4096] [--moe-timeline-ms 1,..]\n"
-                   "          [--moe-force up_cfg,splits,stages,down_cfg,splits,stages] [--moe-pattern]\n",
+                   "          [--moe-force up_cfg,splits,stages,down_cfg,splits,stages] [--moe-pattern]\n"
+                   "          [--weights-l2 normal|first]\n",
                    argv[0]);
       return 2;
     }
@@ -790,6 +797,7 @@ int main(int argc, char** argv) {
             {"commit", commit},
             {"date", date},
             {"argv", argv_str},
+            {"weights_l2", weights_evict_first() ? "first" : "normal"},
             {"command", command},
             {"method",
              "CUDA graph of L calls rotating over weight sets > 3x L2, 15 replays after 2 warm-up, median / L; "

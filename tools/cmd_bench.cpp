@@ -9,7 +9,8 @@
 // the experts the step actually selected, the LM head, the KV entries attention and the indexer
 // read) over the copy bandwidth measured in the same run. Results print and go to JSON.
 // --pdl off launches every kernel plainly (cuda::set_pdl_enabled), to measure what programmatic
-// dependent launch gives on SM90; --attention-head-groups 1|4 forces one sparse attention kernel
+// dependent launch gives on SM90; --weights-l2 first reads the decode weight streams with L2
+// evict-first priority (cuda::set_weights_evict_first); --attention-head-groups 1|4 forces one sparse attention kernel
 // variant for every batch size (the plan switches at n_tokens x 4 head groups > n_sms).
 // --kernel-trace N traces N more graph steps of each batch size with CUPTI (gpu/kernel_trace.h)
 // and splits the median one by kernel: each kernel's exposed time, how far it moved the step's
@@ -52,6 +53,7 @@ struct BenchArgs {
   std::vector<std::string> layer_types;  // synthetic: per-layer swa|csa|hca (default: Flash's pattern)
   std::string dense_decode = "proj";     // GpuModelOptions::dense_decode
   std::string pdl = "on";                // on | off: cuda::set_pdl_enabled, before the model loads
+  std::string weights_l2 = "normal";     // normal | first: cuda::set_weights_evict_first, likewise
   int attention_head_groups = 0;         // GpuModelOptions::attention_head_groups
   std::string compressor_branch = "on";  // on | off: GpuModelOptions::compressor_branch
   std::string layers = "20";             // synthetic: a count, or "max" (the most that fit)
@@ -196,6 +198,7 @@ int run_bench(const BenchArgs& a) {
   }
   // Before anything is planned, launched or captured (arch.h).
   cuda::set_pdl_enabled(a.pdl == "on");
+  cuda::set_weights_evict_first(a.weights_l2 == "first");
   // The tracer starts before the model captures its graphs (kernel_trace.h).
 #ifdef DSV4_HAVE_KERNEL_TRACE
   std::unique_ptr<gpu::KernelTracer> tracer;
@@ -295,9 +298,9 @@ int run_bench(const BenchArgs& a) {
   if (!bw.is_ok()) return fail(bw.status());
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s, pdl {}, attention head groups {}, compressor branch {}\n",
+  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s, pdl {}, weights L2 {}, attention head groups {}, compressor branch {}\n",
              a.model.empty() ? "synthetic flash" : a.model, cfg->n_layers, cfg->vocab_size,
-             fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw, a.pdl,
+             fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw, a.pdl, a.weights_l2,
              a.attention_head_groups == 0 ? std::string("auto") : std::to_string(a.attention_head_groups),
              a.compressor_branch);
   fmt::print("bench: device bytes {:.2f} GB, estimated {:.2f} GB (weights {:.2f}, KV {:.2f}, activations {:.2f}; "
@@ -323,6 +326,7 @@ int run_bench(const BenchArgs& a) {
   out["model"] = a.model.empty() ? fmt::format("synthetic flash, {} layers", cfg->n_layers) : a.model;
   out["dense_decode"] = a.dense_decode;
   out["pdl"] = a.pdl;
+  out["weights_l2"] = a.weights_l2;
   out["attention_head_groups"] = a.attention_head_groups;
   out["compressor_branch"] = a.compressor_branch;
   out["copy_bandwidth_gbs"] = *bw;
@@ -488,6 +492,11 @@ void register_bench(CLI::App& app, int& exit_code, const std::string& argv) {
                   "on the project's dense decode kernels instead of cuBLAS (proj: 1..4 rows)")->capture_default_str();
   cmd->add_option("--pdl", a->pdl, "on | off: programmatic dependent launch of the step kernels (SM90; off: plain "
                   "launches, for A/B runs)")->capture_default_str();
+  cmd->add_option("--weights-l2", a->weights_l2,
+                  "normal | first: L2 priority of the decode GEMMs' and dense weight streams' weight reads "
+                  "(first: evict-first, so the step's code and activations stay in L2; for A/B runs)")
+      ->check(CLI::IsMember({"normal", "first"}))
+      ->capture_default_str();
   cmd->add_option("--attention-head-groups", a->attention_head_groups,
                   "0 | 1 | 4: sparse attention blocks of 1 or 4 groups of 16 heads (0: the plan picks by batch size)")
       ->capture_default_str();

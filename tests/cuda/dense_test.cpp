@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "base/numeric.h"
+#include "cuda/common/arch.h"
 #include "cuda/dense/dense.h"
 #include "harness.h"
 
@@ -184,6 +185,27 @@ TEST(DenseDecode, CompressedProjections) {
     for (int m : kRealM)
       for (int rpb : {0, 8, 16}) check(name, p, m, DenseOut::kF32, rpb);
     for (int m : {1, 32}) time_it(name, p, m, DenseOut::kF32);
+  }
+}
+
+// The weight stream with L2 evict-first priority (arch.h set_weights_evict_first): the same bytes
+// at 1..4 rows, bf16 (grouped wo_a) and fp32 out (the CSA projection).
+TEST(DenseDecode, EvictFirstWeightsGiveTheSameBits) {
+  DSV4_SKIP_WITHOUT_GPU();
+  struct Restore {
+    ~Restore() { set_weights_evict_first(false); }
+  } restore;
+  const Problem woa = make_problem(1024, 4096, 8, 8 * 4096, 4096, 8 * 1024, 1024, 301);
+  const Problem proj = make_problem(2624, 4096, 1, 4096, 0, 2624, 0, 302);
+  for (const Problem* p : {&woa, &proj}) {
+    const DenseOut out = p == &woa ? DenseOut::kBf16 : DenseOut::kF32;
+    DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(p->shape.ldy) * (out == DenseOut::kBf16 ? 2 : 4));
+    for (int m : {1, 2, 4}) {
+      set_weights_evict_first(false);
+      const std::vector<uint8_t> normal = run(*p, m, out, 0, d_y);
+      set_weights_evict_first(true);
+      EXPECT_EQ(run(*p, m, out, 0, d_y), normal) << (p == &woa ? "wo_a" : "proj_csa") << " M=" << m;
+    }
   }
 }
 

@@ -17,10 +17,13 @@ std::mutex g_mu;
 DeviceInfo g_info[kMaxDevices];
 bool g_have[kMaxDevices] = {};
 std::atomic<bool> g_pdl_enabled{true};
+std::atomic<bool> g_weights_evict_first{false};
 }  // namespace
 
 void set_pdl_enabled(bool on) { g_pdl_enabled.store(on, std::memory_order_relaxed); }
 bool pdl_enabled() { return g_pdl_enabled.load(std::memory_order_relaxed); }
+void set_weights_evict_first(bool on) { g_weights_evict_first.store(on, std::memory_order_relaxed); }
+bool weights_evict_first() { return g_weights_evict_first.load(std::memory_order_relaxed); }
 
 const char* gpu_arch_name(GpuArch a) {
   switch (a) {

@@ -39,6 +39,15 @@ const char* gpu_arch_name(GpuArch a);
 void set_pdl_enabled(bool on);
 bool pdl_enabled();
 
+// Benchmarking knob, process-wide, set like set_pdl_enabled (`dsv4 bench --weights-l2`,
+// `w4a16_bench --weights-l2`): whether the decode GEMMs (dense and MoE) and the dense weight
+// stream read their weights with L2 evict-first priority (default false: normal priority). A
+// decode layer streams ~130 MB of weights through a 50 MB L2; at normal priority they evict what
+// the step reuses (kernel code, which every layer runs again, and the activations and partials
+// passed between kernels). Prefill GEMMs keep normal priority: their row tiles reuse weights.
+void set_weights_evict_first(bool on);
+bool weights_evict_first();
+
 // Programmatic dependent launch (common/pdl.cuh): SM90 only, and only while pdl_enabled().
 inline bool pdl_supported(const DeviceInfo& d) { return pdl_enabled() && d.arch == GpuArch::kSm90; }
 

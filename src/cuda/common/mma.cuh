@@ -19,6 +19,17 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
   const int src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+// The same copy with an L2 cache policy (l2_evict_first_policy): weight streams read once.
+__device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void* src, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "l"(policy));
+}
+// An L2 policy that marks every line it touches evict-first (arch.h set_weights_evict_first).
+// Volatile, so that it is created where it is used and no register holds it across a loop.
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
 // 4-byte global -> shared copy (L1-cached); zero-filled when !valid (src is then not read).
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
   const int src_bytes = valid ? 4 : 0;

@@ -8,7 +8,8 @@
 // before the PDL wait (the weights do not depend on the previous kernel); x, which may, is
 // staged in shared memory after it. A piece's dot products are summed over the warp by a fixed
 // butterfly and parked in shared memory; at the end one thread per (row, x row) adds its row's
-// pieces in order: fp32 throughout, one rounding, deterministic, no atomics.
+// pieces in order: fp32 throughout, one rounding, deterministic, no atomics. With
+// cuda::weights_evict_first() the weights are read with an L2 evict-first policy (arch.h).
 // Grid: rows_per_block weight rows per block, sized so that the grid is about two blocks per SM
 // (one wave; two blocks fit beside each other and beside the next kernel's early blocks).
 #include <cuda_bf16.h>
@@ -47,6 +48,7 @@ struct StreamParams {
   int pieces;          // pieces per weight row: ceil(k / kPieceElems)
   int x_groups;        // groups of x staged per block (the most a block's rows can span)
   int stages;          // ring slots per warp, 2..kMaxStages
+  bool evict_first;    // weights read with L2 evict-first priority (arch.h weights_evict_first)
 };
 
 // Sum of the 8 products of two 16-byte vectors of bf16, into acc (fp32, in element order).
@@ -98,10 +100,16 @@ __global__ void __launch_bounds__(kThreads, 2) dense_stream_kernel(const StreamP
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (lane == 0) {
       w4a16_detail::mbar_arrive_expect_tx(bar0 + slot * 8, bytes);
-      w4a16_detail::bulk_g2s(dst, src, bytes, bar0 + slot * 8);
+      if (p.evict_first) w4a16_detail::bulk_g2s_hint(dst, src, bytes, bar0 + slot * 8, mma::l2_evict_first_policy());
+      else w4a16_detail::bulk_g2s(dst, src, bytes, bar0 + slot * 8);
     }
 #else
-    for (uint32_t c = uint32_t(lane); c < bytes / 16; c += 32) mma::cp_async16(dst + c * 16, src + c * 8, true);
+    if (p.evict_first) {
+      const uint64_t pol = mma::l2_evict_first_policy();
+      for (uint32_t c = uint32_t(lane); c < bytes / 16; c += 32) mma::cp_async16_hint(dst + c * 16, src + c * 8, pol);
+    } else {
+      for (uint32_t c = uint32_t(lane); c < bytes / 16; c += 32) mma::cp_async16(dst + c * 16, src + c * 8, true);
+    }
 #endif
   };
   auto wait_slot = [&](int slot) {
@@ -264,7 +272,7 @@ Status dense_stream_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y
                             "{} bytes of shared memory per block)",
                             s.m, s.n, s.k, s.groups, kDenseStreamMaxRows, dev->smem_optin_bytes);
   StreamParams p{x, w, y, s.m, s.n, s.k, s.groups, s.ldx, s.x_group_stride, s.ldy, s.y_group_stride,
-                 pl.rows_per_block, pl.pieces, pl.x_groups, pl.stages};
+                 pl.rows_per_block, pl.pieces, pl.x_groups, pl.stages, weights_evict_first()};
   const bool bf16 = out == DenseOut::kBf16;
   if (kernel_rows(s.m) == 1)
     return bf16 ? launch_stream<1, true>(p, pl.grid, pl.smem, *dev, stream)
