@@ -3,10 +3,15 @@
 # profile of the main kernels, the decode lab sweeps and the W4A16 benchmark with its PyTorch
 # peer; logs and results go to $OUT. The binaries are built on the development machine
 # (cmake --build build-h200, sm_90) and carried in .carry/bin, with libfmt/libgomp in .carry/lib.
-# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, serve, longcmp, peer, prof, lab, plab, pattern, quick, full, torch)
+# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, serve, longcmp, peer, prof, lab, plab, pattern, l2ab, maxlayers, quick, full, torch)
 #   lab: forced decode launches (dense wq_b/wo_b at M = 1, 16, 32; wq_a, w2, w13 at M = 1, 16; the
 #        MoE GEMMs at M = 1), every configuration x split-K x ring depth x L2 window.
 #   pattern: the MoE layer at M = 1 beside its GEMMs' reads alone (w4a16_bench --moe-pattern).
+#   l2ab: weights at L2 normal vs evict-first priority (--weights-l2), two rounds: the MoE layer at
+#        M = 1, wq_b and wo_b at M = 1 and 16, and the 20-layer ladder (B = 1, 32 at 4K) with wo_a on
+#        cuBLAS (normal, first) and on the weight stream (first, --dense-decode woa,proj).
+#   maxlayers: the ladder on the largest synthetic model that fits (--layers max): B = 1, 32 at 4K,
+#        and B = 1 at 262K (chunks of 8192).
 #   quick/full: the benchmark (quick: M = 1, 16, 4096); torch: its PyTorch int4 peer and the table.
 set -uo pipefail
 COMMIT=${1:-unknown}
@@ -121,6 +126,35 @@ if has pattern; then
   $BIN/w4a16_bench --no-dense --moe-ms 1 --moe-pattern --out "$OUT/pattern.json" --commit "$COMMIT" \
     --command "bash bench/run_h200.sh $COMMIT $STEPS" > "$OUT/pattern.log" 2>&1
   echo "pattern rc=$?"; grep -E "^moe .*(M=1 |pattern)" "$OUT/pattern.log" | head -12
+fi
+if has l2ab; then
+  : > "$OUT/l2ab.log"
+  for r in 1 2; do
+    for l2 in normal first; do
+      echo "=== round $r, weights L2 $l2" >> "$OUT/l2ab.log"
+      $BIN/w4a16_bench --no-dense --moe-ms 1 --weights-l2 $l2 --commit "$COMMIT" --out "$OUT/l2ab_moe_${l2}_$r.json" 2>&1 |
+        grep -E "^GPU|^moe .*M=1 " >> "$OUT/l2ab.log"
+      $BIN/w4a16_bench --no-moe --ms 1,16 --shapes wq_b,wo_b --weights-l2 $l2 --commit "$COMMIT" \
+        --out "$OUT/l2ab_dense_${l2}_$r.json" 2>&1 | grep -E "^(wq_b|wo_b) " >> "$OUT/l2ab.log"
+    done
+    for v in "normal proj" "first proj" "first woa,proj"; do
+      set -- $v
+      echo "=== round $r, ladder: --weights-l2 $1 --dense-decode $2" >> "$OUT/l2ab.log"
+      timeout 200 $BIN/dsv4 bench --synthetic flash --layers 20 --batch 1,32 --context 4096 --weights-l2 $1 \
+        --dense-decode $2 --commit "$COMMIT" --command "bash bench/run_h200.sh $COMMIT $STEPS" \
+        --out "$OUT/l2ab_fwd_${1}_${2/,/_}_$r.json" 2>&1 | grep -E "decode B=" >> "$OUT/l2ab.log"
+    done
+  done
+  cat "$OUT/l2ab.log" | cut -c1-160
+fi
+if has maxlayers; then
+  CMD="bash bench/run_h200.sh $COMMIT $STEPS"
+  timeout 300 $BIN/dsv4 bench --synthetic flash --layers max --batch 1,32 --context 4096 --commit "$COMMIT" \
+    --command "$CMD" --out "$OUT/forward_max_4k.json" > "$OUT/maxlayers.log" 2>&1
+  echo "maxlayers 4K rc=$?"
+  timeout 300 $BIN/dsv4 bench --synthetic flash --layers max --batch 1 --context 262144 --chunk 8192 --commit "$COMMIT" \
+    --command "$CMD" --out "$OUT/forward_max_262k.json" >> "$OUT/maxlayers.log" 2>&1
+  echo "maxlayers 262K rc=$?"; grep -E "^bench:|decode B=|prefill" "$OUT/maxlayers.log" | cut -c1-200
 fi
 if has quick || has full; then
   Q=""; has quick && Q="--quick"
