@@ -305,19 +305,25 @@ json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool 
     for (int cfg = 0; cfg < kNumDecodeConfigs; ++cfg) {
       auto ci = gemm_config_info(GemmConfig(cfg));
       CKS(ci.status());
-      // 17..32 rows also as two 16-row tiles (each streams the weights; the second read may hit L2).
-      const int row_blocks = (m + ci->block_m - 1) / ci->block_m;
-      if (row_blocks > 2 || (m <= 16 && ci->block_m > 16)) continue;
+      // 17..32 rows also as two 16-row tiles (each streams the weights; the second read may hit L2),
+      // and 9..16 rows as two tiles of at most 8 (the swapped-operand path) beside one 16-row tile.
+      const int one_tile_blocks = (m + ci->block_m - 1) / ci->block_m;
+      if (one_tile_blocks > 2 || (m <= 16 && ci->block_m > 16)) continue;
+      const bool halves = m > 8 && m <= 16 && ci->block_m == 16;
+      for (int half : {0, 1})
       for (int splits : {1, 2, 4, 8, 16})
         for (int stages : {2, 3, 4})
           for (int pdl : {0, 1})
           for (int cluster : {0, 1}) {
             if (pdl == 0 && !both_pdl) continue;
+            if (half == 1 && !halves) continue;
+            const int row_blocks = half == 1 ? 2 : one_tile_blocks;
+            const int tile_rows = half == 1 ? (m + 1) / 2 : std::min(m, ci->block_m);
             GemmLaunch l;
             l.cfg = GemmConfig(cfg);
             l.splits = splits;
             l.stages = stages;
-            if (!complete_launch(&l, *ci, row_blocks, std::min(m, ci->block_m), sh.n, sh.k, *c.dev)) continue;
+            if (!complete_launch(&l, *ci, row_blocks, tile_rows, sh.n, sh.k, *c.dev)) continue;
             if (cluster == 1 && !cluster_splits_ok(l, *c.dev)) continue;
             l.cluster = cluster == 1;
             if (l.splits > 1 && size_t(l.grid.x) * l.grid.z * splits * ci->block_m * ci->block_n > ws.partial_floats)
@@ -328,11 +334,11 @@ json bench_decode_lab(Ctx& c, const Shape& sh, const std::vector<int>& ms, bool 
                 time_graph(c.s, calls, [&](int i) { CKS(launch_dense(lab_args(x, y, m, sh, w, i), l, ws, c.s)); });
             const int bps = decode_blocks_per_sm(*ci, l.smem, *c.dev);
             const bool is_chosen = chosen->cfg == l.cfg && chosen->splits == splits && chosen->stages == stages &&
-                                   chosen->pdl == l.pdl && chosen->cluster == l.cluster;
+                                   chosen->pdl == l.pdl && chosen->cluster == l.cluster && chosen->grid.z == l.grid.z;
             std::printf("lab %-6s M=%-3d %-8s x%d S=%-2d st=%d pdl=%d cl=%d smem=%6zu bps=%d blocks=%-4u %8.2f us %6.0f GB/s%s\n",
                         sh.name.c_str(), m, w4a16_config_name(cfg), row_blocks, splits, stages, pdl, cluster, l.smem, bps,
                         l.grid.x * l.grid.y * l.grid.z, us, double(qb + sb) / (us * 1e-6) / 1e9, is_chosen ? " *" : "");
-            rows.push_back({{"shape", sh.name}, {"m", m}, {"config", w4a16_config_name(cfg)}, {"row_tiles", row_blocks},
+            rows.push_back({{"shape", sh.name}, {"m", m}, {"config", w4a16_config_name(cfg)}, {"row_tiles", row_blocks}, {"tile_rows", tile_rows},
                             {"splits", splits},
                             {"stages", stages}, {"pdl", pdl}, {"cluster", cluster}, {"smem", l.smem},
                             {"blocks_per_sm", bps}, {"blocks", l.grid.x * l.grid.y * l.grid.z}, {"us", us},
@@ -765,12 +771,17 @@ int main(int argc, char** argv) {
       for (auto& r : bench_prefill_lab(c, sh, prefill_lab_ms)) prefill_lab_rows.push_back(r);
     }
   if (lab && !g_profile) {
+    auto wanted = [&](const Shape& sh) {
+      return only_shapes.empty() || only_shapes.find("," + sh.name + ",") != std::string::npos;
+    };
     for (const Shape& sh : {shapes[1], shapes[3]})
-      for (auto& r : bench_decode_lab(c, sh, lab_ms, false)) lab_rows.push_back(r);
+      if (wanted(sh))
+        for (auto& r : bench_decode_lab(c, sh, lab_ms, false)) lab_rows.push_back(r);
     for (const Shape& sh : {shapes[7], shapes[4], shapes[0]})  // wq_a+wkv, idx_wq_b (the model's), wq_a
-      for (auto& r : bench_decode_lab(c, sh, lab_ms == std::vector<int>{1, 16, 32} ? std::vector<int>{1, 16} : lab_ms,
-                                      false))
-        lab_rows.push_back(r);
+      if (wanted(sh))
+        for (auto& r : bench_decode_lab(c, sh, lab_ms == std::vector<int>{1, 16, 32} ? std::vector<int>{1, 16} : lab_ms,
+                                        false))
+          lab_rows.push_back(r);
   }
   if (dense)
     for (const Shape& sh : shapes) {

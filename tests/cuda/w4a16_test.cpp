@@ -374,6 +374,65 @@ TEST(W4A16Decode, ForcedLaunchesMatchExactReference) {
   }
 }
 
+// 9..16 rows as two row tiles of at most 8 rows (complete_launch's tile_rows), which take the
+// swapped-operand path, match the exact reference; a launch whose tiles do not cover M is refused.
+TEST(W4A16Decode, EightRowTilesMatchExactReference) {
+  DSV4_SKIP_WITHOUT_GPU();
+  using namespace w4a16_detail;
+  auto dev = current_device_info();
+  DSV4_ASSERT_OK(dev.status());
+  for (int si : {1, 3}) {  // wq_b (unsplit), wo_b (split-K)
+    const ShapeSpec sh = flash_shapes()[size_t(si)];
+    ShapeData& d = shape_data(sh);
+    for (int m : {9, 13, 16}) {
+      const std::vector<float> x = random_bf16_values(int64_t(m) * sh.k, 7100 + 3 * uint64_t(si) + uint64_t(m), 1.0f);
+      DeviceBuffer dx = upload_vector(to_bf16(x));
+      DeviceBuffer dy = device_alloc(size_t(m) * sh.n * 2);
+      std::vector<int> rows(static_cast<size_t>(m));
+      for (int r = 0; r < m; ++r) rows[size_t(r)] = r;
+      std::vector<double> ref, absdot;
+      ref_gemm_rows(x, sh.k, rows, d.w_kn, sh.n, ref, absdot);
+      std::vector<double> tol(ref.size());
+      for (size_t j = 0; j < ref.size(); ++j) tol[j] = std::ldexp(std::fabs(ref[j]), -8) + std::ldexp(absdot[j], -15);
+      for (GemmConfig c : {GemmConfig::kD16N256, GemmConfig::kD16N128}) {
+        auto ci = gemm_config_info(c);
+        DSV4_ASSERT_OK(ci.status());
+        for (int splits : {1, 8}) {
+          GemmLaunch l;
+          l.cfg = c;
+          l.splits = splits;
+          l.stages = 2;
+          const int tile_rows = (m + 1) / 2;
+          ASSERT_TRUE(complete_launch(&l, *ci, 2, tile_rows, sh.n, sh.k, **dev));
+          ASSERT_EQ(l.a_rows, tile_rows);
+          l.pdl = pdl_supported(**dev);
+          poison(dy);
+          DSV4_ASSERT_OK(launch_dense(make_gemm_args(sh, dx, dy, m, sh.n), l, workspace(), nullptr));
+          DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+          const std::vector<uint16_t> y = download<uint16_t>(dy.get(), size_t(m) * sh.n);
+          std::vector<float> gpu(y.size());
+          for (size_t j = 0; j < y.size(); ++j) gpu[j] = bf16_to_f32(y[j]);
+          const CompareResult cr = compare(gpu.data(), ref.data(), tol.data(), int64_t(gpu.size()));
+          EXPECT_TRUE(cr.ok(1e-5)) << sh.name << " M=" << m << " " << w4a16_config_name(int(c)) << " splits " << splits
+                                   << ", tiles of " << tile_rows << " rows: " << cr.summary();
+          std::printf("[ 8-row] %-10s M=%-3d %-8s splits=%d tiles of %d rows max|d|/tol=%.3f\n", sh.name.c_str(), m,
+                      w4a16_config_name(int(c)), splits, tile_rows, cr.max_ratio);
+        }
+      }
+      // A launch whose tiles cannot cover M is refused, not run short.
+      GemmLaunch bad;
+      bad.cfg = GemmConfig::kD16N256;
+      bad.splits = 1;
+      bad.stages = 2;
+      auto bad_ci = gemm_config_info(bad.cfg);
+      DSV4_ASSERT_OK(bad_ci.status());
+      ASSERT_TRUE(complete_launch(&bad, *bad_ci, 1, 8, sh.n, sh.k, **dev));
+      EXPECT_EQ(launch_dense(make_gemm_args(sh, dx, dy, m, sh.n), bad, workspace(), nullptr).code(),
+                StatusCode::kInvalidArgument);
+    }
+  }
+}
+
 // The split-K sum's handoff (one acq_rel arrival per block, common/arrival.cuh) over grids of many
 // waves (splits 32 with 64-column tiles: 2048 blocks for wo_b), launched back to back without a
 // host sync in between: every launch must give the first one's bits. A last block that read a

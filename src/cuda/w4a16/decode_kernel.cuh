@@ -122,8 +122,10 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   int expert = 0, row_begin = 0, rows = 0;
   bool shared_tile = false;
   if (!kF16 && p.mode == GemmMode::kDense) {  // the fp16 twins run the MoE GEMMs only
-    row_begin = z * T::kBM;
-    rows = min(T::kBM, p.m - row_begin);
+    // Tiles of a_rows (<= BM) rows: BM, or fewer so that M 9..16 can run as two tiles of at most
+    // 8 rows on the swapped-operand path (complete_launch's tile_rows).
+    row_begin = z * p.a_rows;
+    rows = min(p.a_rows, p.m - row_begin);
   } else if (z < p.n_shared_tiles) {
     shared_tile = true;
     expert = p.shared_expert;

@@ -167,7 +167,8 @@ struct MeasuredDecode {
   int n, k, m_max;
   GemmConfig cfg;
   int splits, stages;
-  bool cluster;  // SM90: split-K through a cluster (where the lab found it faster)
+  bool cluster;        // SM90: split-K through a cluster (where the lab found it faster)
+  int tile_rows = 16;  // rows per row tile: 8 runs 9..16 rows as two swapped-operand tiles
 };
 constexpr MeasuredDecode kMeasured[] = {
     {32768, 1024, 4, GemmConfig::kD16N256, 1, 3, false},   // wq_b
@@ -208,7 +209,8 @@ Result<GemmLaunch> choose_decode_launch(int m, int n, int k, double weight_bytes
       l.cfg = t.cfg;
       l.splits = t.splits;
       l.stages = t.stages;
-      if (complete_launch(&l, ci, row_blocks, tile_rows, n, k, dev) && fits_workspace(l, ci, partial_floats, n_counters)) {
+      const int t_rows = std::min(tile_rows, t.tile_rows), t_blocks = (m + t_rows - 1) / t_rows;
+      if (complete_launch(&l, ci, t_blocks, t_rows, n, k, dev) && fits_workspace(l, ci, partial_floats, n_counters)) {
         l.pdl = pdl_supported(dev);
         l.cluster = t.cluster && cluster_splits_ok(l, dev);
         return l;
@@ -393,8 +395,10 @@ Status launch_dense(const W4A16GemmArgs& a, const GemmLaunch& l, const W4A16Work
   if (a.m < 1 || n < 64 || n % 64 != 0 || k < 128 || k % 128 != 0)
     return invalid_argument("w4a16 GEMM: need M >= 1, N % 64 == 0, K % 128 == 0; got M={} N={} K={}", a.m, n, k);
   DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(l.cfg));
-  if (int64_t(l.grid.z) * ci.block_m < a.m || int(l.grid.x) * ci.block_n < n || int(l.grid.y) != l.splits ||
-      (ci.decode && (l.a_rows < std::min(a.m, ci.block_m) || int64_t(l.a_groups) * l.splits < k / 128)))
+  // Decode tiles hold a_rows rows each (the kernel's dense row tiling), tiled ones block_m.
+  const int tile_rows = ci.decode ? l.a_rows : ci.block_m;
+  if (int64_t(l.grid.z) * tile_rows < a.m || int(l.grid.x) * ci.block_n < n || int(l.grid.y) != l.splits ||
+      (ci.decode && (l.a_rows < 1 || l.a_rows > ci.block_m || int64_t(l.a_groups) * l.splits < k / 128)))
     return invalid_argument("w4a16 GEMM: launch ({}, grid {}x{}x{}) does not cover M={} N={} K={}",
                             w4a16_config_name(int(l.cfg)), l.grid.x, l.grid.y, l.grid.z, a.m, n, k);
   if (l.splits > 1) {
@@ -404,7 +408,8 @@ Status launch_dense(const W4A16GemmArgs& a, const GemmLaunch& l, const W4A16Work
       return invalid_argument("w4a16 GEMM: split-K ({} splits) needs a larger workspace", l.splits);
   }
 
-  if (l.defer_sum && (!ci.decode || l.splits < 2 || l.cluster))
+  // SplitSumView maps row r to tile r / block_m: tiles of fewer rows cannot be deferred.
+  if (l.defer_sum && (!ci.decode || l.splits < 2 || l.cluster || (l.grid.z > 1 && l.a_rows != ci.block_m)))
     return invalid_argument("w4a16 GEMM: a deferred split-K sum needs a decode launch split through global memory "
                             "({}, {} splits{})", w4a16_config_name(int(l.cfg)), l.splits, l.cluster ? ", cluster" : "");
 
@@ -462,7 +467,7 @@ Status w4a16_gemm_deferred(const W4A16GemmArgs& a, const W4A16WorkspaceView& ws,
   if (a.m < 1) return invalid_argument("w4a16 GEMM: M={} must be >= 1", a.m);
   DSV4_ASSIGN_OR_RETURN(GemmLaunch l, plan_dense_launch(a.m, a.w.n, a.w.k, ws));
   DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(l.cfg));
-  l.defer_sum = ci.decode && l.splits > 1 && !l.cluster;
+  l.defer_sum = ci.decode && l.splits > 1 && !l.cluster && (l.grid.z == 1 || l.a_rows == ci.block_m);
   DSV4_RETURN_IF_ERROR(launch_dense(a, l, ws, stream));
   if (l.defer_sum) *out = SplitSumView{ws.partials, l.splits, ci.block_m, ci.block_n, int(l.grid.x)};
   return Status::ok();

@@ -39,6 +39,8 @@ struct GemmKernelArgs {
   int splits = 1;                    // split-K factor (grid.y)
   // Decode configurations only (decode_kernel.cuh): ring slots per warp, and the A block staged
   // in smem: a_rows rows (>= the rows of any tile) x a_groups 128-k groups (>= any split's).
+  // kDense: row tile z is rows [z a_rows, (z + 1) a_rows) (a_rows <= BM; 8 lets 9..16 rows run as
+  // two swapped-operand tiles).
   int stages = 0, a_rows = 0, a_groups = 0;
   int cluster_splits = 0;            // decode, SM90: splits > 1 launched as (1, splits, 1) clusters
                                      // that add their partials through DSMEM; 0: global partials
