@@ -301,6 +301,27 @@ TEST(W4A16Gemm, PrefillRowsAreDeterministic) {
   }
 }
 
+// The exact reference of all m rows of y = x W^T with the per-element tolerance of
+// check_gemm_output, and a downloaded y (bf16 bits) compared against it.
+struct AllRowsReference {
+  std::vector<double> ref, tol;
+  CompareResult compare_with(const std::vector<uint16_t>& y) const {
+    std::vector<float> gpu(y.size());
+    for (size_t j = 0; j < y.size(); ++j) gpu[j] = bf16_to_f32(y[j]);
+    return compare(gpu.data(), ref.data(), tol.data(), int64_t(gpu.size()));
+  }
+};
+AllRowsReference all_rows_reference(const ShapeSpec& sh, const std::vector<float>& x, int m) {
+  std::vector<int> rows(static_cast<size_t>(m));
+  for (int r = 0; r < m; ++r) rows[size_t(r)] = r;
+  AllRowsReference r;
+  std::vector<double> absdot;
+  ref_gemm_rows(x, sh.k, rows, shape_data(sh).w_kn, sh.n, r.ref, absdot);
+  r.tol.resize(r.ref.size());
+  for (size_t j = 0; j < r.ref.size(); ++j) r.tol[j] = std::ldexp(std::fabs(r.ref[j]), -8) + std::ldexp(absdot[j], -15);
+  return r;
+}
+
 // Every decode configuration, split-K factor (even and uneven group counts) and ring depth the
 // heuristics may pick, forced through the internal launcher, against the exact reference; also
 // checks that a forced split-K launch is deterministic and (SM90) that its cluster and global
@@ -312,18 +333,12 @@ TEST(W4A16Decode, ForcedLaunchesMatchExactReference) {
   DSV4_ASSERT_OK(dev.status());
   for (int si : {3, 1, 8}) {  // wo_b (K = 8192), wq_b (N = 32768), w13_gateup (interleaved)
     const ShapeSpec sh = flash_shapes()[size_t(si)];
-    ShapeData& d = shape_data(sh);
     for (int m : {1, 5, 16, 17, 32}) {
       const uint64_t seed = 5000 + 31 * uint64_t(si) + uint64_t(m);
       const std::vector<float> x = random_bf16_values(int64_t(m) * sh.k, seed, 1.0f);
       DeviceBuffer dx = upload_vector(to_bf16(x));
       DeviceBuffer dy = device_alloc(size_t(m) * sh.n * 2);
-      std::vector<int> rows(static_cast<size_t>(m));
-      for (int r = 0; r < m; ++r) rows[size_t(r)] = r;
-      std::vector<double> ref, absdot;
-      ref_gemm_rows(x, sh.k, rows, d.w_kn, sh.n, ref, absdot);
-      std::vector<double> tol(ref.size());
-      for (size_t j = 0; j < ref.size(); ++j) tol[j] = std::ldexp(std::fabs(ref[j]), -8) + std::ldexp(absdot[j], -15);
+      const AllRowsReference ref = all_rows_reference(sh, x, m);
       for (int c = 0; c < kNumDecodeConfigs; ++c) {
         auto ci = gemm_config_info(GemmConfig(c));
         DSV4_ASSERT_OK(ci.status());
@@ -345,9 +360,7 @@ TEST(W4A16Decode, ForcedLaunchesMatchExactReference) {
             DSV4_ASSERT_OK(launch_dense(a, l, workspace(), nullptr));
             DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
             const std::vector<uint16_t> y = download<uint16_t>(dy.get(), size_t(m) * sh.n);
-            std::vector<float> gpu(y.size());
-            for (size_t j = 0; j < y.size(); ++j) gpu[j] = bf16_to_f32(y[j]);
-            const CompareResult cr = compare(gpu.data(), ref.data(), tol.data(), int64_t(gpu.size()));
+            const CompareResult cr = ref.compare_with(y);
             EXPECT_TRUE(cr.ok(1e-5)) << sh.name << " M=" << m << " " << w4a16_config_name(c) << " splits " << splits
                                      << " stages " << stages << ": " << cr.summary();
             if (l.cluster) {  // SM90: the global-memory split-K path gives the same bits as the cluster one
@@ -383,17 +396,11 @@ TEST(W4A16Decode, EightRowTilesMatchExactReference) {
   DSV4_ASSERT_OK(dev.status());
   for (int si : {1, 3}) {  // wq_b (unsplit), wo_b (split-K)
     const ShapeSpec sh = flash_shapes()[size_t(si)];
-    ShapeData& d = shape_data(sh);
     for (int m : {9, 13, 16}) {
       const std::vector<float> x = random_bf16_values(int64_t(m) * sh.k, 7100 + 3 * uint64_t(si) + uint64_t(m), 1.0f);
       DeviceBuffer dx = upload_vector(to_bf16(x));
       DeviceBuffer dy = device_alloc(size_t(m) * sh.n * 2);
-      std::vector<int> rows(static_cast<size_t>(m));
-      for (int r = 0; r < m; ++r) rows[size_t(r)] = r;
-      std::vector<double> ref, absdot;
-      ref_gemm_rows(x, sh.k, rows, d.w_kn, sh.n, ref, absdot);
-      std::vector<double> tol(ref.size());
-      for (size_t j = 0; j < ref.size(); ++j) tol[j] = std::ldexp(std::fabs(ref[j]), -8) + std::ldexp(absdot[j], -15);
+      const AllRowsReference ref = all_rows_reference(sh, x, m);
       for (GemmConfig c : {GemmConfig::kD16N256, GemmConfig::kD16N128}) {
         auto ci = gemm_config_info(c);
         DSV4_ASSERT_OK(ci.status());
@@ -409,10 +416,7 @@ TEST(W4A16Decode, EightRowTilesMatchExactReference) {
           poison(dy);
           DSV4_ASSERT_OK(launch_dense(make_gemm_args(sh, dx, dy, m, sh.n), l, workspace(), nullptr));
           DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
-          const std::vector<uint16_t> y = download<uint16_t>(dy.get(), size_t(m) * sh.n);
-          std::vector<float> gpu(y.size());
-          for (size_t j = 0; j < y.size(); ++j) gpu[j] = bf16_to_f32(y[j]);
-          const CompareResult cr = compare(gpu.data(), ref.data(), tol.data(), int64_t(gpu.size()));
+          const CompareResult cr = ref.compare_with(download<uint16_t>(dy.get(), size_t(m) * sh.n));
           EXPECT_TRUE(cr.ok(1e-5)) << sh.name << " M=" << m << " " << w4a16_config_name(int(c)) << " splits " << splits
                                    << ", tiles of " << tile_rows << " rows: " << cr.summary();
           std::printf("[ 8-row] %-10s M=%-3d %-8s splits=%d tiles of %d rows max|d|/tol=%.3f\n", sh.name.c_str(), m,
