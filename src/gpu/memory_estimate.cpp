@@ -13,7 +13,8 @@ namespace {
 // anything else as bf16.
 int64_t linear_bytes(const LinearWeight& l) {
   if (!l.valid()) return 0;
-  if (l.format == WeightFormat::kGptqInt4) return l.n * l.k / 2 + l.n * (l.k / l.group_size) * 2;
+  if (l.format == WeightFormat::kGptqInt4)  // a group size of 0 is refused at upload: count the codes
+    return l.n * l.k / 2 + (l.group_size > 0 ? l.n * (l.k / l.group_size) * 2 : 0);
   return l.n * l.k * 2;
 }
 
