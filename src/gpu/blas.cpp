@@ -3,9 +3,12 @@
 // the column-major y^T[n, m] = op_T(w as [k, n]) . (x as [k, m]).
 #include "gpu/blas.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "base/check.h"
+#include "cuda/common/arch.h"
 #include "cuda/dense/dense.h"
 
 namespace dsv4::gpu {
@@ -45,6 +48,58 @@ cuda::DenseDecodeShape f32_out_shape(int m, int n, int k, int64_t ldx, int64_t l
   return {.m = m, .n = n, .k = k, .groups = 1, .ldx = ldx, .ldy = ldy};
 }
 
+// The nodes the next captured operation of `s` will depend on (the capture's leaves); false when
+// `s` is not capturing. Only a query: it never changes or invalidates the capture.
+bool capture_leaves(cudaStream_t s, std::vector<cudaGraphNode_t>* out) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;
+  size_t n = 0;
+  if (cudaStreamGetCaptureInfo(s, &st, nullptr, nullptr, &deps, &edges, &n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (st != cudaStreamCaptureStatusActive) return false;
+  out->assign(deps, deps + n);
+  return true;
+}
+
+// Marks the kernel nodes captured since `before` (walked back from the current leaves; a cuBLAS
+// call may add a reduction after its GEMM) as reading `base`..+bytes with streaming L2 priority.
+// Best effort: an error leaves the nodes as they were (the graph computes the same either way).
+// The CUDA runtime permits changing nodes of a graph while it is being captured.
+void mark_streaming(cudaStream_t s, const std::vector<cudaGraphNode_t>& before, const void* base, size_t bytes) {
+  std::vector<cudaGraphNode_t> todo;
+  if (!capture_leaves(s, &todo)) return;
+  cudaLaunchAttributeValue v{};
+  v.accessPolicyWindow.base_ptr = const_cast<void*>(base);
+  v.accessPolicyWindow.num_bytes = bytes;
+  v.accessPolicyWindow.hitRatio = 1.0f;
+  v.accessPolicyWindow.hitProp = cudaAccessPropertyStreaming;
+  v.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+  std::vector<cudaGraphNode_t> seen;
+  constexpr size_t kMaxNodes = 8;  // one call's kernels; a walk past that missed `before`
+  while (!todo.empty() && seen.size() < kMaxNodes) {
+    const cudaGraphNode_t node = todo.back();
+    todo.pop_back();
+    if (std::find(before.begin(), before.end(), node) != before.end() ||
+        std::find(seen.begin(), seen.end(), node) != seen.end())
+      continue;
+    seen.push_back(node);
+    cudaGraphNodeType type;
+    if (cudaGraphNodeGetType(node, &type) == cudaSuccess && type == cudaGraphNodeTypeKernel)
+      cudaGraphKernelNodeSetAttribute(node, cudaLaunchAttributeAccessPolicyWindow, &v);
+    size_t n_deps = 0;
+    if (cudaGraphNodeGetDependencies(node, nullptr, nullptr, &n_deps) == cudaSuccess && n_deps > 0) {
+      std::vector<cudaGraphNode_t> deps(n_deps);
+      std::vector<cudaGraphEdgeData> edges(n_deps);
+      if (cudaGraphNodeGetDependencies(node, deps.data(), edges.data(), &n_deps) == cudaSuccess)
+        todo.insert(todo.end(), deps.begin(), deps.begin() + long(n_deps));
+    }
+  }
+  cudaGetLastError();  // a refused attribute is not an error of the step
+}
+
 }  // namespace
 
 bool Blas::f32_out_on_cublas(const __nv_bfloat16* x, int64_t ldx, int m, const __nv_bfloat16* w, int n, int k,
@@ -63,6 +118,11 @@ Status Blas::init(cudaStream_t stream, void* workspace, size_t workspace_bytes, 
   stream_ = stream;
   dense_woa_ = dense_woa;
   dense_proj_ = dense_proj;
+  int device = 0, max_window = 0;
+  if (cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, device) == cudaSuccess)
+    max_window_bytes_ = size_t(std::max(max_window, 0));
+  cudaGetLastError();
   // NOTE: with its own workspace cuBLAS never allocates inside a call, which graph capture needs.
   DSV4_RETURN_IF_ERROR(blas_status(cublasSetWorkspace(handle_, workspace, workspace_bytes), "cublasSetWorkspace"));
   // Split-K reductions stay in fp32 even when the output is bf16 (the reference rounds once).
@@ -105,11 +165,18 @@ Status Blas::grouped_bf16_out(const __nv_bfloat16* o, int m, int groups, const _
   if (use_decode_kernel(dense_woa_, /*streaming_only=*/false, ds, o, w, u))
     return cuda::dense_decode_gemm(o, w, u, cuda::DenseOut::kBf16, ds, stream_);
   const float one = 1.0f, zero = 0.0f;
+  // Captured decode batches with evict-first weights: the nodes this call adds get the window.
+  std::vector<cudaGraphNode_t> before;  // stays empty (no allocation) unless capturing
+  const bool mark = cuda::weights_evict_first() && m <= kStreamingMaxRows && max_window_bytes_ > 0 &&
+                    capture_leaves(stream_, &before);
   // Batch g: A = rows [g*n, (g+1)*n) of w, B = columns [g*k, (g+1)*k) of o, C = columns [g*n, (g+1)*n) of u.
-  return blas_status(cublasGemmStridedBatchedEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w, CUDA_R_16BF, k,
-                                                int64_t(n) * k, o, CUDA_R_16BF, groups * k, k, &zero, u, CUDA_R_16BF,
-                                                groups * n, n, groups, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                     "cublasGemmStridedBatchedEx (grouped wo_a)");
+  DSV4_RETURN_IF_ERROR(blas_status(
+      cublasGemmStridedBatchedEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w, CUDA_R_16BF, k, int64_t(n) * k, o,
+                                 CUDA_R_16BF, groups * k, k, &zero, u, CUDA_R_16BF, groups * n, n, groups,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmStridedBatchedEx (grouped wo_a)"));
+  if (mark) mark_streaming(stream_, before, w, std::min(size_t(groups) * n * k * 2, max_window_bytes_));
+  return Status::ok();
 }
 
 }  // namespace dsv4::gpu

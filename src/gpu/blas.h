@@ -5,7 +5,10 @@
 // the decode kernels of cuda/dense/dense.h instead, per shape class, as blas.cpp's switches say
 // (never weights larger than kDecodeMaxWeightBytes: the LM head). The handle is bound to the model's
 // stream and to a workspace allocated at load, so no call allocates and every call can be
-// captured in a graph.
+// captured in a graph. With cuda::weights_evict_first() (arch.h), a decode-sized wo_a captured
+// into a graph gets an L2 access-policy window over its weights with streaming priority on the
+// kernel nodes cuBLAS added: the counterpart of the decode kernels' evict-first reads for the one
+// weight stream (67 MB a layer) that runs on cuBLAS.
 #pragma once
 
 #include <cublas_v2.h>
@@ -49,9 +52,14 @@ class Blas {
   Status grouped_bf16_out(const __nv_bfloat16* o, int m, int groups, const __nv_bfloat16* w, int n, int k,
                           __nv_bfloat16* u) const;
 
+  // Rows up to which a captured wo_a gets the streaming window (decode batches: every row tile of
+  // a larger GEMM re-reads the weights, which must then stay in L2).
+  static constexpr int kStreamingMaxRows = 32;
+
  private:
   cublasHandle_t handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  size_t max_window_bytes_ = 0;  // cudaDevAttrMaxAccessPolicyWindowSize (0: no windows)
   bool dense_woa_ = false, dense_proj_ = false;  // set by init (GpuModelOptions::dense_decode)
 };
 
