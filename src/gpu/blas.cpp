@@ -118,11 +118,13 @@ Status Blas::init(cudaStream_t stream, void* workspace, size_t workspace_bytes, 
   stream_ = stream;
   dense_woa_ = dense_woa;
   dense_proj_ = dense_proj;
+  // The largest access-policy window (0 where the query fails: no windows, nothing else lost).
   int device = 0, max_window = 0;
   if (cudaGetDevice(&device) == cudaSuccess &&
       cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, device) == cudaSuccess)
     max_window_bytes_ = size_t(std::max(max_window, 0));
-  cudaGetLastError();
+  else
+    cudaGetLastError();
   // NOTE: with its own workspace cuBLAS never allocates inside a call, which graph capture needs.
   DSV4_RETURN_IF_ERROR(blas_status(cublasSetWorkspace(handle_, workspace, workspace_bytes), "cublasSetWorkspace"));
   // Split-K reductions stay in fp32 even when the output is bf16 (the reference rounds once).
