@@ -145,7 +145,27 @@ if has l2ab; then
         --out "$OUT/l2ab_fwd_${1}_${2/,/_}_$r.json" 2>&1 | grep -E "decode B=" >> "$OUT/l2ab.log"
     done
   done
-  cat "$OUT/l2ab.log" | cut -c1-160
+  # Summary: each row's times per variant over the rounds (us for kernels, ms for steps).
+  python3 - "$OUT/l2ab.log" <<'PY' >> "$OUT/l2ab.log"
+import re, sys
+rows = {}
+variant = None
+for line in open(sys.argv[1]):
+    m = re.match(r"=== round \d+, (weights L2 \S+|ladder: .*)", line)
+    if m:
+        variant = m.group(1).strip()
+        continue
+    m = re.match(r"(moe|wq_b|wo_b)\s+M=(\d+)\s+(?:\S+\s+S=\d+\s+)?([0-9.]+) us", line)
+    if m and variant:
+        rows.setdefault((f"{m.group(1)} M={m.group(2)}", variant), []).append(float(m.group(3)))
+    m = re.search(r"decode B=(\d+)\s+ctx (\d+)\s+graph: ([0-9.]+) ms/step", line)
+    if m and variant:
+        rows.setdefault((f"step B={m.group(1)} ctx {m.group(2)}", variant), []).append(float(m.group(3)))
+print("# l2ab summary: row | variant | times over the rounds")
+for (row, v) in sorted(rows):
+    print(f"{row:22s} | {v:45s} | {' '.join(f'{x:.3f}' for x in rows[(row, v)])}")
+PY
+  cut -c1-160 "$OUT/l2ab.log" | tail -60
 fi
 if has maxlayers; then
   CMD="bash bench/run_h200.sh $COMMIT $STEPS"
