@@ -192,18 +192,18 @@ TEST(DenseDecode, CompressedProjections) {
 // at 1..4 rows, bf16 (grouped wo_a) and fp32 out (the CSA projection).
 TEST(DenseDecode, EvictFirstWeightsGiveTheSameBits) {
   DSV4_SKIP_WITHOUT_GPU();
-  struct Restore {
-    ~Restore() { set_weights_evict_first(false); }
-  } restore;
   const Problem woa = make_problem(1024, 4096, 8, 8 * 4096, 4096, 8 * 1024, 1024, 301);
   const Problem proj = make_problem(2624, 4096, 1, 4096, 0, 2624, 0, 302);
   for (const Problem* p : {&woa, &proj}) {
     const DenseOut out = p == &woa ? DenseOut::kBf16 : DenseOut::kF32;
     DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(p->shape.ldy) * (out == DenseOut::kBf16 ? 2 : 4));
     for (int m : {1, 2, 4}) {
-      set_weights_evict_first(false);
-      const std::vector<uint8_t> normal = run(*p, m, out, 0, d_y);
-      set_weights_evict_first(true);
+      std::vector<uint8_t> normal;
+      {
+        const ScopedWeightsEvictFirst l2(false);
+        normal = run(*p, m, out, 0, d_y);
+      }
+      const ScopedWeightsEvictFirst l2(true);
       EXPECT_EQ(run(*p, m, out, 0, d_y), normal) << (p == &woa ? "wo_a" : "proj_csa") << " M=" << m;
     }
   }

@@ -12,6 +12,7 @@
 
 #include "base/check.h"
 #include "base/numeric.h"
+#include "cuda/common/arch.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/testing/random_gptq.h"
 #include "cuda/w4a16/w4a16.h"
@@ -39,6 +40,19 @@ bool gpu_available();
     const cudaError_t dsv4_err_ = (expr);                                              \
     ASSERT_EQ(dsv4_err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(dsv4_err_); \
   } while (0)
+
+// The process-wide weight L2 priority (arch.h set_weights_evict_first) for one scope; the value
+// before it comes back at the end, whatever the build's default.
+class ScopedWeightsEvictFirst {
+ public:
+  explicit ScopedWeightsEvictFirst(bool on) : before_(weights_evict_first()) { set_weights_evict_first(on); }
+  ~ScopedWeightsEvictFirst() { set_weights_evict_first(before_); }
+  ScopedWeightsEvictFirst(const ScopedWeightsEvictFirst&) = delete;
+  ScopedWeightsEvictFirst& operator=(const ScopedWeightsEvictFirst&) = delete;
+
+ private:
+  bool before_;
+};
 
 // Allocation that aborts the test binary on failure (tests size their data well below memory).
 DeviceBuffer device_alloc(size_t bytes, bool zero = false);

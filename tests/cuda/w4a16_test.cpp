@@ -543,9 +543,6 @@ TEST(W4A16Decode, DeferredSplitSumEqualsGemm) {
 // (the dense weight stream's twin is checked in dense_test.cpp).
 TEST(W4A16Decode, EvictFirstWeightsGiveTheSameBits) {
   DSV4_SKIP_WITHOUT_GPU();
-  struct Restore {
-    ~Restore() { set_weights_evict_first(false); }
-  } restore;
   for (int si : {3, 1, 7}) {  // wo_b (split-K), wq_b, wq_a+wkv
     const ShapeSpec sh = flash_shapes()[size_t(si)];
     for (int m : {1, 3, 16, 32}) {
@@ -554,7 +551,7 @@ TEST(W4A16Decode, EvictFirstWeightsGiveTheSameBits) {
       DeviceBuffer dx = upload_vector(to_bf16(x));
       std::vector<uint16_t> y[2];
       for (int first : {0, 1}) {
-        set_weights_evict_first(first != 0);
+        const ScopedWeightsEvictFirst l2(first != 0);
         DeviceBuffer dy = device_alloc(size_t(m) * sh.n * 2);
         poison(dy);
         DSV4_ASSERT_OK(w4a16_gemm(make_gemm_args(sh, dx, dy, m, sh.n), workspace(), nullptr));

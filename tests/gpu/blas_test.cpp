@@ -16,10 +16,6 @@ namespace {
 using cuda::DeviceBuffer;
 using namespace cuda::test;
 
-struct Restore {
-  ~Restore() { cuda::set_weights_evict_first(false); }
-};
-
 // Flash's grouped wo_a: 8 groups of 1024 x 4096 (67 MB of bf16 weights).
 constexpr int kGroups = 8, kN = 1024, kK = 4096;
 
@@ -51,7 +47,6 @@ WindowCount count_windows(cudaGraph_t graph, const void* w) {
 
 TEST(BlasGraph, EvictFirstMarksTheCapturedWoAWithAStreamingWindow) {
   DSV4_SKIP_WITHOUT_GPU();
-  Restore restore;
   cudaStream_t stream;
   DSV4_ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   DeviceBuffer ws = device_alloc(size_t(32) << 20);
@@ -67,7 +62,7 @@ TEST(BlasGraph, EvictFirstMarksTheCapturedWoAWithAStreamingWindow) {
     DSV4_ASSERT_CUDA(cudaStreamSynchronize(stream));
     const std::vector<uint16_t> want = download<uint16_t>(u_eager.get(), size_t(m) * kGroups * kN);
     for (bool first : {false, true}) {
-      cuda::set_weights_evict_first(first);
+      const ScopedWeightsEvictFirst l2(first);
       poison(u_graph);
       cudaGraph_t graph = nullptr;
       DSV4_ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
