@@ -2,16 +2,17 @@
 // Weights come from a checkpoint (--model) or are generated in GPU memory (--synthetic flash
 // --layers L: the same packed layouts as loaded weights, for machines whose disk cannot hold a
 // large random checkpoint; --layers max: the most layers of Flash's pattern, up to Flash's 43,
-// whose estimated footprint fits the device's free memory, gpu/memory_estimate.h). For each context length every sequence of the largest batch is
-// prefilled in chunks; the first one is timed (prompt tokens/s; its last chunk is profiled by
+// whose estimated footprint fits the device's free memory, gpu/memory_estimate.h). For each
+// context length every sequence of the largest batch is prefilled in chunks; the first one is timed (prompt tokens/s; its last chunk is profiled by
 // category). Then for each batch size, decode steps run with graphs (replay) and without (eager); the median
 // step time is compared with the roofline: bytes the step must read (weights of every layer,
 // the experts the step actually selected, the LM head, the KV entries attention and the indexer
 // read) over the copy bandwidth measured in the same run. Results print and go to JSON.
 // --pdl off launches every kernel plainly (cuda::set_pdl_enabled), to measure what programmatic
 // dependent launch gives on SM90; --weights-l2 first reads the decode weight streams with L2
-// evict-first priority (cuda::set_weights_evict_first); --attention-head-groups 1|4 forces one sparse attention kernel
-// variant for every batch size (the plan switches at n_tokens x 4 head groups > n_sms).
+// evict-first priority (cuda::set_weights_evict_first); --attention-head-groups 1|4 forces one
+// sparse attention kernel variant for every batch size (the plan switches at n_tokens x 4 head
+// groups > n_sms).
 // --kernel-trace N traces N more graph steps of each batch size with CUPTI (gpu/kernel_trace.h)
 // and splits the median one by kernel: each kernel's exposed time, how far it moved the step's
 // end (gpu/kernel_timeline.h). Tracing is on for the whole run (graphs are instrumented when
@@ -97,11 +98,8 @@ Result<double> copy_bandwidth(cudaStream_t s) {
 constexpr int kFlashLayers = 43;
 
 // Device memory --layers max leaves free besides the model: the copy-bandwidth buffers (2 x 2 GiB,
-// allocated after the load) and what GpuModel's KV sizing keeps back for graphs, cuBLAS and the
-// CUDA context's growth (5% of the device, at least 1 GiB).
-int64_t bench_reserve_bytes(int64_t total) {
-  return (int64_t(4) << 30) + std::max<int64_t>(int64_t(1) << 30, total / 20);
-}
+// allocated after the load) and what GpuModel's KV sizing keeps back (gpu::device_reserve_bytes).
+int64_t bench_reserve_bytes(int64_t total) { return (int64_t(4) << 30) + gpu::device_reserve_bytes(total); }
 
 size_t int4_bytes(int64_t n, int64_t k) { return cuda::w4a16_qweight_bytes(int(n), int(k)) + cuda::w4a16_scales_bytes(int(n), int(k)); }
 
@@ -213,18 +211,12 @@ int run_bench(const BenchArgs& a) {
     return 2;
   }
 #endif
-  // The buffers of the ladder: every sequence of the largest batch holds the largest context plus
-  // the decode steps of every batch size (graphs on and off, warm-ups, traced steps).
+  // The buffers of the ladder (gpu::ladder_shape).
   const int max_b = *std::max_element(a.batches.begin(), a.batches.end());
   const int64_t max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
-  const int64_t decode_positions = int64_t(a.decode_steps + 3) * 2 * int64_t(a.batches.size()) +
-                                   int64_t(a.kernel_trace) * int64_t(a.batches.size());
-  const int64_t ctx_blocks = (max_ctx + decode_positions + 255) / 256 + 1;
-  gpu::DeviceBytesShape shape;
-  shape.max_seqs = max_b;
-  shape.max_tokens_per_step = std::max(a.chunk, max_b);
-  shape.max_positions = ctx_blocks * 256;
-  shape.n_kv_blocks = ctx_blocks * max_b;
+  const gpu::DeviceBytesShape shape =
+      gpu::ladder_shape(max_b, int(a.batches.size()), max_ctx, a.chunk, a.decode_steps, a.kernel_trace);
+  const int64_t ctx_blocks = shape.max_positions / 256;  // a sequence's blocks
 
   std::unique_ptr<ModelConfig> cfg;
   std::unique_ptr<ModelWeights> weights;

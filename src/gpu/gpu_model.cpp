@@ -16,6 +16,7 @@
 #include "gpu/device_weights.h"
 #include "gpu/forward_pass.h"
 #include "gpu/kv_state.h"
+#include "gpu/memory_estimate.h"
 #include "gpu/model_support.h"
 #include "gpu/step_plan.h"
 
@@ -229,7 +230,7 @@ struct GpuModel::Impl {
     if (probe.block_bytes > 0) {
       size_t free_b = 0, total_b = 0;
       DSV4_RETURN_IF_ERROR(cuda_status(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo"));
-      const int64_t reserve = std::max<int64_t>(int64_t(1) << 30, int64_t(total_b / 20));
+      const int64_t reserve = device_reserve_bytes(int64_t(total_b));
       const int64_t fixed = probe.slot_bytes * opts.max_seqs + probe.chunk_bytes;
       const int64_t room = int64_t(free_b) - reserve - fixed;
       if (room < probe.block_bytes)

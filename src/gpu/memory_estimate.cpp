@@ -58,6 +58,20 @@ constexpr double kBaseBytes = 1533184000.0 - 4096.0 * kPerTokenBytes;
 
 }  // namespace
 
+DeviceBytesShape ladder_shape(int max_batch, int n_batches, int64_t max_ctx, int chunk, int decode_steps,
+                              int traced_steps) {
+  const int64_t decode_positions = int64_t(decode_steps + 3) * 2 * n_batches + int64_t(traced_steps) * n_batches;
+  const int64_t ctx_blocks = (max_ctx + decode_positions + 255) / 256 + 1;
+  DeviceBytesShape s;
+  s.max_seqs = max_batch;
+  s.max_tokens_per_step = std::max(chunk, max_batch);
+  s.max_positions = ctx_blocks * 256;
+  s.n_kv_blocks = ctx_blocks * max_batch;
+  return s;
+}
+
+int64_t device_reserve_bytes(int64_t total_bytes) { return std::max<int64_t>(int64_t(1) << 30, total_bytes / 20); }
+
 int64_t device_weight_bytes(const ModelConfig& cfg, const ModelWeights& w) {
   const int64_t vd = int64_t(cfg.vocab_size) * cfg.hidden;
   int64_t b = vd * 2 + linear_bytes(w.head) + vec_bytes(w.norm) + hc_bytes(w.hc_head);  // embedding bf16

@@ -35,6 +35,17 @@ struct DeviceBytesShape {
   int64_t n_kv_blocks = 0;
 };
 
+// The buffers `dsv4 bench` asks of GpuModel for a ladder (tools/cmd_bench.cpp): every sequence of
+// the largest batch holds the largest context plus the decode steps of every batch size (graphs
+// and eager, warm-ups, traced steps), in 256-token blocks plus one; a step holds a prefill chunk
+// or the largest batch.
+DeviceBytesShape ladder_shape(int max_batch, int n_batches, int64_t max_ctx, int chunk, int decode_steps,
+                              int traced_steps);
+
+// What GpuModel keeps back when it sizes the KV pool from the free memory: room for graphs,
+// cuBLAS and the CUDA context's growth (5% of the device, at least 1 GiB).
+int64_t device_reserve_bytes(int64_t total_bytes);
+
 // The bytes on the device of the global tensors of `w` (ModelWeights::load or ::synthetic) and of
 // its first cfg.n_layers layers. Counting a prefix lets one synthetic model of many layers stand
 // for every shorter one: make_model_config's layer pattern depends only on the layer's index.

@@ -21,17 +21,9 @@ ModelConfig flash_config(int layers) {
   return std::move(c).value();
 }
 
-// The bench's buffers for a ladder (tools/cmd_bench.cpp: positions for the context plus the decode
-// steps of every batch size, rounded up to 256-token blocks plus one block).
+// The bench's buffers for a ladder without traced steps.
 DeviceBytesShape bench_shape(int max_batch, int n_batches, int64_t ctx, int chunk, int decode_steps) {
-  const int64_t decode_positions = int64_t(decode_steps + 3) * 2 * n_batches;
-  const int64_t ctx_blocks = (ctx + decode_positions + 255) / 256 + 1;
-  DeviceBytesShape s;
-  s.max_seqs = max_batch;
-  s.max_tokens_per_step = std::max(chunk, max_batch);
-  s.max_positions = ctx_blocks * 256;
-  s.n_kv_blocks = ctx_blocks * max_batch;
-  return s;
+  return ladder_shape(max_batch, n_batches, ctx, chunk, decode_steps, 0);
 }
 
 struct Measured {

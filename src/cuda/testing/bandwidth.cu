@@ -37,8 +37,8 @@ __global__ void read_kernel(const uint4* __restrict__ src, size_t n, float* sink
 constexpr int kTileWarps = 8, kTileWk = 4;     // d16n128: 2 column tiles x 4 warps along K
 constexpr int kSlotU4 = (4096 + 128) / 16;      // one ring slot: a group's codes and scales
 
-// The launch's scalars (kernel parameters as scalars, not a struct: a struct parameter indexed
-// at run time is copied to local memory by every thread).
+// The launch's parameters. The experts come as two int4, not an int[8]: an array parameter
+// indexed at run time is copied to local memory by every thread.
 struct TileReadKernelArgs {
   const uint4* qweight;
   const uint4* scales;
