@@ -12,6 +12,10 @@
 // launches bit-identical. The timed runs print the weight stream's bandwidth (no threshold).
 // VsCublas times the kernel and the cuBLAS calls of src/gpu/blas.cpp on the same data (the
 // numbers behind blas.cpp's routing switches); it prints, it asserts only that the calls run.
+// Fp8 weights (dense_decode_gemm_fp8, the lossless form of model/fp8_groups.h): FP8-derived
+// weights (random e4m3 codes, subnormals and signed zeros included, times a power of two per
+// (row, 128 columns)) give exactly the bf16 kernels' bits on the same values, at every M, tile
+// height and edge shape, and fp8_groups_to_bf16 gives exactly those values.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -41,9 +45,17 @@ struct Problem {
   std::vector<float> x, w;
   std::vector<double> ref, absdot;  // [kMaxM][groups][n]
   DeviceBuffer d_x, d_w;
+  // fp8: w's fp8 form (codes u8 [rows, k], exps i8 [rows, k / 128]); empty otherwise
+  std::vector<uint8_t> codes;
+  std::vector<int8_t> exps;
+  DeviceBuffer d_codes, d_exps;
+  Fp8WeightView w8() const { return {d_codes.as<uint8_t>(), d_exps.as<int8_t>()}; }
 };
 
-Problem make_problem(int n, int k, int groups, int64_t ldx, int64_t xgs, int64_t ldy, int64_t ygs, uint64_t seed) {
+// fp8: W drawn as random e4m3 codes (no NaN) times 2^e, e in [-12, -6] per (row, 128 columns),
+// the way FP8-derived checkpoints hold wo_a; otherwise random bf16 values.
+Problem make_problem(int n, int k, int groups, int64_t ldx, int64_t xgs, int64_t ldy, int64_t ygs, uint64_t seed,
+                     bool fp8 = false) {
   Problem p;
   p.shape.n = n;
   p.shape.k = k;
@@ -53,7 +65,30 @@ Problem make_problem(int n, int k, int groups, int64_t ldx, int64_t xgs, int64_t
   p.shape.ldy = ldy;
   p.shape.y_group_stride = ygs;
   p.x = random_bf16_values(int64_t(kMaxM) * ldx, seed, 1.0f);
-  p.w = random_bf16_values(int64_t(groups) * n * k, seed + 1, 0.02f);
+  if (fp8) {
+    const int64_t rows = int64_t(groups) * n, kg = k / 128;
+    p.codes.resize(size_t(rows * k));
+    p.exps.resize(size_t(rows * kg));
+    p.w.resize(p.codes.size());
+    uint64_t h = seed * 0x9E3779B97F4A7C15ull + 1;
+    auto next = [&h] {
+      h ^= h << 13;
+      h ^= h >> 7;
+      h ^= h << 17;
+      return h;
+    };
+    for (int8_t& e : p.exps) e = int8_t(-12 + int(next() % 7));
+    for (int64_t i = 0; i < rows * k; ++i) {
+      uint8_t c = uint8_t(next());
+      if ((c & 0x7f) == 0x7f) c &= 0xfe;  // NaN codes -> +-448
+      p.codes[size_t(i)] = c;
+      p.w[size_t(i)] = std::ldexp(e4m3_to_f32(c), p.exps[size_t(i / 128)]);  // k % 128 == 0: flat group i / 128
+    }
+    p.d_codes = upload_vector(p.codes);
+    p.d_exps = upload_vector(p.exps);
+  } else {
+    p.w = random_bf16_values(int64_t(groups) * n * k, seed + 1, 0.02f);
+  }
   p.ref.assign(size_t(kMaxM) * groups * n, 0.0);
   p.absdot.assign(p.ref.size(), 0.0);
 #pragma omp parallel for schedule(dynamic, 16)
@@ -78,13 +113,17 @@ Problem make_problem(int n, int k, int groups, int64_t ldx, int64_t xgs, int64_t
   return p;
 }
 
-// y buffer of kMaxM rows x ldy, poisoned; returns the raw bits after one launch with m rows.
-std::vector<uint8_t> run(const Problem& p, int m, DenseOut out, int rows_per_block, DeviceBuffer& d_y) {
+// y buffer of kMaxM rows x ldy, poisoned; returns the raw bits after one launch with m rows (fp8:
+// on the problem's fp8 form of W).
+std::vector<uint8_t> run(const Problem& p, int m, DenseOut out, int rows_per_block, DeviceBuffer& d_y,
+                         bool fp8 = false) {
   poison(d_y);
   DenseDecodeShape s = p.shape;
   s.m = m;
-  const Status st = dense_decode_gemm(p.d_x.as<__nv_bfloat16>(), p.d_w.as<__nv_bfloat16>(), d_y.get(), out, s,
-                                      nullptr, rows_per_block);
+  const Status st =
+      fp8 ? dense_decode_gemm_fp8(p.d_x.as<__nv_bfloat16>(), p.w8(), d_y.get(), out, s, nullptr, rows_per_block)
+          : dense_decode_gemm(p.d_x.as<__nv_bfloat16>(), p.d_w.as<__nv_bfloat16>(), d_y.get(), out, s, nullptr,
+                              rows_per_block);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<uint16_t> halves = download<uint16_t>(d_y.get(), d_y.bytes() / 2);  // bytes are even
@@ -209,6 +248,66 @@ TEST(DenseDecode, EvictFirstWeightsGiveTheSameBits) {
   }
 }
 
+// The fp8 form against the bf16 weights it stands for: the same bits from both kernels (1..4 rows
+// stream, the others and rows_per_block 8 / 16 the mma kernel), on wo_a and on edge shapes with
+// k % 128 == 0 (partial pieces and chunks, padded strides, blocks spanning groups).
+TEST(DenseDecode, Fp8WeightsGiveTheBf16Bits) {
+  DSV4_SKIP_WITHOUT_GPU();
+  struct Case {
+    const char* name;
+    int n, k, groups;
+    int64_t ldx, xgs, ldy, ygs;
+  };
+  const Case cases[] = {
+      {"wo_a", 1024, 4096, 8, 8 * 4096, 4096, 8 * 1024, 1024},
+      {"n1000", 1000, 4096, 1, 4104, 0, 1003, 0},
+      {"n5_k128", 5, 128, 1, 128, 0, 5, 0},
+      {"grp3", 24, 384, 3, 3 * 384 + 16, 384 + 8, 3 * 30 + 2, 30},
+      {"grp20", 35, 384, 20, 20 * 384 + 8, 384, 20 * 40, 40},
+      {"k6272", 300, 6272, 1, 6272, 0, 300, 0},  // stream pieces 2048 x 3 + 128
+  };
+  for (const Case& c : cases) {
+    const Problem p = make_problem(c.n, c.k, c.groups, c.ldx, c.xgs, c.ldy, c.ygs, 404, /*fp8=*/true);
+    DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(p.shape.ldy) * 2);
+    for (int m : {1, 2, 3, 4, 7, 9, 16, 20, 32})
+      for (int rpb : {0, 8, 16}) {
+        const std::vector<uint8_t> bf16 = run(p, m, DenseOut::kBf16, rpb, d_y);
+        EXPECT_TRUE(run(p, m, DenseOut::kBf16, rpb, d_y, /*fp8=*/true) == bf16) << c.name << " M=" << m << " rpb=" << rpb;
+      }
+    check(c.name, p, 1, DenseOut::kBf16, 0);  // the values themselves, against the reference
+    check(c.name, p, 32, DenseOut::kBf16, 0);
+  }
+  // Evict-first reads (arch.h) change nothing either.
+  const Problem woa = make_problem(1024, 4096, 8, 8 * 4096, 4096, 8 * 1024, 1024, 405, /*fp8=*/true);
+  DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(woa.shape.ldy) * 2);
+  for (int m : {1, 4}) {
+    std::vector<uint8_t> normal;
+    {
+      const ScopedWeightsEvictFirst l2(false);
+      normal = run(woa, m, DenseOut::kBf16, 0, d_y, true);
+    }
+    const ScopedWeightsEvictFirst l2(true);
+    EXPECT_TRUE(run(woa, m, DenseOut::kBf16, 0, d_y, true) == normal) << "wo_a evict-first M=" << m;
+  }
+}
+
+TEST(DenseDecode, Fp8ToBf16GivesTheExactValues) {
+  DSV4_SKIP_WITHOUT_GPU();
+  for (const int k : {128, 4096, 6272}) {
+    const int rows = k == 4096 ? 8 * 1024 : 37;
+    const Problem p = make_problem(rows, k, 1, k, 0, rows, 0, 406 + uint64_t(k), /*fp8=*/true);
+    DeviceBuffer d_out = device_alloc(size_t(rows) * size_t(k) * 2 + 64);
+    poison(d_out);
+    DSV4_ASSERT_OK(fp8_groups_to_bf16(p.w8(), rows, k, d_out.as<__nv_bfloat16>(), nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint16_t> got = download<uint16_t>(d_out.get(), d_out.bytes() / 2);
+    int64_t bad = 0;
+    for (size_t i = 0; i < size_t(rows) * size_t(k); ++i) bad += got[i] != f32_to_bf16(p.w[i]);
+    EXPECT_EQ(bad, 0) << "k=" << k;
+    for (size_t i = size_t(rows) * size_t(k); i < got.size(); ++i) EXPECT_EQ(got[i], 0xFFFF) << "past the weight";
+  }
+}
+
 TEST(DenseDecode, EdgeShapes) {
   DSV4_SKIP_WITHOUT_GPU();
   struct Case {
@@ -314,6 +413,26 @@ TEST(DenseDecode, VsCublas) {
     auto weights = [&](int i) {
       return reinterpret_cast<const __nv_bfloat16*>(static_cast<const char*>(d_w.get()) + wbytes * size_t(i % copies));
     };
+    // The fp8 form's copies (codes of random bytes, no NaN; exponents -10): as many, half the bytes.
+    const size_t cbytes = wbytes / 2, ebytes = cbytes / 128;
+    DeviceBuffer d_c, d_e;
+    if (ts.bf16_out) {
+      std::vector<uint8_t> c(cbytes);
+      for (size_t i = 0; i < cbytes; ++i) c[i] = uint8_t((i * 2654435761u) >> 13) & 0xbe;  // never 0x7f / 0xff
+      const std::vector<int8_t> e(ebytes, int8_t(-10));
+      d_c = device_alloc(cbytes * size_t(copies));
+      d_e = device_alloc(ebytes * size_t(copies));
+      for (int cp = 0; cp < copies; ++cp) {
+        ASSERT_EQ(cudaMemcpy(static_cast<char*>(d_c.get()) + cbytes * size_t(cp), c.data(), cbytes, cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(static_cast<char*>(d_e.get()) + ebytes * size_t(cp), e.data(), ebytes, cudaMemcpyHostToDevice),
+                  cudaSuccess);
+      }
+    }
+    auto fp8_weights = [&](int i) {
+      return Fp8WeightView{static_cast<const uint8_t*>(d_c.get()) + cbytes * size_t(i % copies),
+                           static_cast<const int8_t*>(d_e.get()) + ebytes * size_t(i % copies)};
+    };
     for (int m : {1, 8, 32}) {
       DenseDecodeShape s;
       s.m = m;
@@ -335,6 +454,15 @@ TEST(DenseDecode, VsCublas) {
           EXPECT_TRUE(st.is_ok()) << st.to_string();
         });
         report(rpb == 0 ? "dense" : rpb == 8 ? "dense rpb8" : "dense rpb16", t);
+      }
+      if (ts.bf16_out) {  // wo_a in the fp8 form: half the bytes (GB/s below: of the bf16 bytes)
+        for (int rpb : {0, 16}) {
+          const auto t = time_calls(stream, [&](int i) {
+            const Status st = dense_decode_gemm_fp8(x, fp8_weights(i), d_y.get(), out, s, stream, rpb);
+            EXPECT_TRUE(st.is_ok()) << st.to_string();
+          });
+          report(rpb == 0 ? "fp8" : "fp8 rpb16", t);
+        }
       }
       const float one = 1.0f, zero = 0.0f;
       const auto t = time_calls(stream, [&](int i) {
@@ -375,6 +503,25 @@ TEST(DenseDecode, RejectsUnsupported) {
   EXPECT_FALSE(dense_decode_supported(s, buf, buf, buf));
   s.ldx = 64;
   EXPECT_FALSE(dense_decode_supported(s, buf + 8, buf, buf));
+
+  // The fp8 form: k a multiple of 128, exponents given, bf16 out only; each refused with a message.
+  s.k = 64;
+  const auto* x = reinterpret_cast<const __nv_bfloat16*>(buf);
+  const Fp8WeightView w8{reinterpret_cast<const uint8_t*>(buf), reinterpret_cast<const int8_t*>(buf)};
+  Status st = dense_decode_gemm_fp8(x, w8, buf, DenseOut::kBf16, s, nullptr);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.to_string().find("multiple of 128"), std::string::npos) << st.to_string();
+  s.k = 128;
+  s.ldx = 128;
+  st = dense_decode_gemm_fp8(x, Fp8WeightView{w8.codes, nullptr}, buf, DenseOut::kBf16, s, nullptr);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.to_string().find("null exponents"), std::string::npos) << st.to_string();
+  st = dense_decode_gemm_fp8(x, w8, buf, DenseOut::kF32, s, nullptr);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.to_string().find("bf16 output only"), std::string::npos) << st.to_string();
+  st = fp8_groups_to_bf16(w8, 2, 100, reinterpret_cast<__nv_bfloat16*>(buf), nullptr);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.to_string().find("multiple of 128"), std::string::npos) << st.to_string();
 }
 
 }  // namespace

@@ -14,6 +14,12 @@
 // (8 KB) are in flight while the warp multiplies. x comes from L1/L2 (__ldg); lanes whose x row is past M
 // use zeros. At the end the 8 warps add their fp32 sums through shared memory in warp order and
 // one rounding writes y. W rows past N read a copy of row N-1 and are never stored.
+//
+// Fp8 weights (kFp8, dense.h Fp8WeightView): a step's 8 codes per lane are one 8-byte load and
+// the exponents of the chunk's 128-k groups ride along in the buffer; each code becomes the exact
+// weight (fp8_weight.cuh) packed into the bf16 pair the bf16 kernel would have loaded. Chunks
+// keep the bf16 kernel's steps (so half its bytes in flight per warp), so every warp runs the
+// same mmas in the same order: the same bits.
 #include "cuda/dense/dense.h"
 #include "cuda/dense/dense_internal.h"
 
@@ -21,10 +27,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
+#include "cuda/dense/fp8_weight.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -35,7 +43,8 @@ constexpr int kLoadsPerChunk = 8;  // 16-byte W loads per lane per chunk
 
 struct Params {
   const __nv_bfloat16* x;
-  const __nv_bfloat16* w;
+  const __nv_bfloat16* w;  // bf16 [groups * n, k] (kFp8: null)
+  Fp8WeightView w8;        // kFp8: codes u8 [groups * n, k], exps i8 [groups * n, k / 128]
   void* y;
   int m, n, k;
   int64_t ldx, xgs, ldy, ygs;
@@ -49,6 +58,24 @@ __device__ __forceinline__ uint4 ld_stream16(const __nv_bfloat16* p) {
   return v;
 }
 
+__device__ __forceinline__ uint2 ld_stream8(const uint8_t* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+// The bf16 pairs (elements 0 1 | 2 3 | 4 5 | 6 7) of 8 fp8 codes under factor f: exact weights.
+__device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 codes, float f) {
+  float lo[4], hi[4];
+  dense_detail::fp8x4_to_f32(codes.x, f, lo);
+  dense_detail::fp8x4_to_f32(codes.y, f, hi);
+  auto pack = [](float a, float b) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  };
+  return make_uint4(pack(lo[0], lo[1]), pack(lo[2], lo[3]), pack(hi[0], hi[1]), pack(hi[2], hi[3]));
+}
+
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -58,23 +85,29 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// XR: 8-row blocks of x loaded (1: M <= 8, 2: M <= 16, 4: M <= 32); NT: n8 tiles of W per block.
-template <int XR, int NT, bool kBf16Out>
+// XR: 8-row blocks of x loaded (1: M <= 8, 2: M <= 16, 4: M <= 32); NT: n8 tiles of W per block;
+// kFp8: W in the fp8 form.
+template <int XR, int NT, bool kBf16Out, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 2) dense_decode_kernel(const Params p) {
   constexpr int MT = (XR + 1) / 2;  // m16 tiles
   constexpr int U = kLoadsPerChunk / NT;  // 32-wide k steps per chunk
+  constexpr int UG = kFp8 ? U / 4 : 1;     // fp8: 128-k groups per chunk (chunks start on a group)
   constexpr int kRows = 8 * NT;
+  using WLoad = std::conditional_t<kFp8, uint2, uint4>;
 
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int group = int(blockIdx.y);
   const int row0 = int(blockIdx.x) * kRows;
+  const int kg = p.k / 128;
 
-  const __nv_bfloat16* wrow[NT];
+  int64_t wrow[NT];  // element offset of the lane's first weight of each tile row
+  const int8_t* erow[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const int r = min(row0 + nt * 8 + g, p.n - 1);
-    wrow[nt] = p.w + (int64_t(group) * p.n + r) * p.k + 8 * t;
+    wrow[nt] = (int64_t(group) * p.n + r) * p.k + 8 * t;
+    erow[nt] = p.w8.exps + (int64_t(group) * p.n + r) * kg;  // kFp8 only
   }
   const __nv_bfloat16* xrow[XR];
   bool xok[XR];
@@ -100,16 +133,29 @@ __global__ void __launch_bounds__(kThreads, 2) dense_decode_kernel(const Params 
   // Two register buffers used in turn (never copied into each other: a register copy would wait
   // for the load in flight), so each warp keeps two chunks of weights in flight while it
   // multiplies: the buffer just multiplied is refilled with the chunk 2 * kWarps ahead.
-  uint4 buf_a[U][NT], buf_b[U][NT];
-  auto load_chunk = [&](int c, uint4(&buf)[U][NT]) {
+  struct Buf {
+    WLoad w[U][NT];
+    int e[UG][NT];  // fp8: the chunk's group exponents
+  };
+  Buf buf_a, buf_b;
+  auto load_chunk = [&](int c, Buf& buf) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int s = c * U + u;
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) buf[u][nt] = s < steps ? ld_stream16(wrow[nt] + int64_t(s) * 32) : zero;
+      for (int nt = 0; nt < NT; ++nt) {
+        if constexpr (kFp8) buf.w[u][nt] = s < steps ? ld_stream8(p.w8.codes + wrow[nt] + int64_t(s) * 32) : make_uint2(0, 0);
+        else buf.w[u][nt] = s < steps ? ld_stream16(p.w + wrow[nt] + int64_t(s) * 32) : zero;
+      }
+    }
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int ug = 0; ug < UG; ++ug)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) buf.e[ug][nt] = c * UG + ug < kg ? int(__ldg(erow[nt] + c * UG + ug)) : 0;
     }
   };
-  auto mma_chunk = [&](int c, const uint4(&buf)[U][NT]) {
+  auto mma_chunk = [&](int c, const Buf& buf) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int s = c * U + u;
@@ -118,6 +164,12 @@ __global__ void __launch_bounds__(kThreads, 2) dense_decode_kernel(const Params 
 #pragma unroll
         for (int i = 0; i < XR; ++i)
           xa[i] = xok[i] ? __ldg(reinterpret_cast<const uint4*>(xrow[i] + int64_t(s) * 32)) : zero;
+        uint4 wb[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          if constexpr (kFp8) wb[nt] = fp8x8_to_bf16x8(buf.w[u][nt], dense_detail::fp8_group_factor(buf.e[u / 4][nt]));
+          else wb[nt] = buf.w[u][nt];
+        }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           const uint4 lo = xa[2 * mt];  // x row g + 16 mt
@@ -125,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_decode_kernel(const Params 
           if constexpr (XR >= 2) hi = xa[2 * mt + 1];
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            const uint4 b = buf[u][nt];
+            const uint4 b = wb[nt];
             mma_bf16_16816(acc[mt][nt], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
             mma_bf16_16816(acc[mt][nt], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
           }
@@ -180,15 +232,18 @@ __global__ void __launch_bounds__(kThreads, 2) dense_decode_kernel(const Params 
 }
 
 // A programmatic dependent (pdl.cuh) where the device has PDL: every block waits before it reads
-// x, after requesting its first two chunks of weights.
+// x, after requesting its first two chunks of weights. Fp8 weights: bf16 out only (checked).
 template <int XR, int NT>
 Status launch_xr_nt(const Params& p, DenseOut out, int groups, cudaStream_t stream) {
   const dim3 grid(unsigned((p.n + 8 * NT - 1) / (8 * NT)), unsigned(groups));
   DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  if (p.w == nullptr)
+    return launch_kernel(dense_decode_kernel<XR, NT, true, true>, grid, dim3(kThreads), 0, stream, pdl, p,
+                         "dense_decode_kernel<fp8, bf16>");
   if (out == DenseOut::kBf16)
-    return launch_kernel(dense_decode_kernel<XR, NT, true>, grid, dim3(kThreads), 0, stream, pdl, p,
+    return launch_kernel(dense_decode_kernel<XR, NT, true, false>, grid, dim3(kThreads), 0, stream, pdl, p,
                          "dense_decode_kernel<bf16>");
-  return launch_kernel(dense_decode_kernel<XR, NT, false>, grid, dim3(kThreads), 0, stream, pdl, p,
+  return launch_kernel(dense_decode_kernel<XR, NT, false, false>, grid, dim3(kThreads), 0, stream, pdl, p,
                        "dense_decode_kernel<f32>");
 }
 
@@ -199,11 +254,49 @@ Status launch_xr(const Params& p, DenseOut out, int groups, int nt, cudaStream_t
 
 bool aligned(const void* ptr, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(ptr) & (bytes - 1)) == 0; }
 
+// Both formats: exactly one of w and w8.codes is set (validated by the callers).
+Status decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView w8, void* y, DenseOut out,
+                   const DenseDecodeShape& s, cudaStream_t stream, int rows_per_block) {
+  if (rows_per_block != 0 && rows_per_block != 8 && rows_per_block != 16)
+    return invalid_argument("dense_decode_gemm: rows_per_block {} (0, 8 or 16)", rows_per_block);
+  DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
+  // 1..4 rows: the weight-streaming kernel (dense_stream.cu); rows_per_block forces this one.
+  if (rows_per_block == 0 && dense_stream_supported(s, *dev, w == nullptr))
+    return dense_stream_gemm(x, w, w8, y, out, s, stream);
+  const int xr = s.m <= 8 ? 1 : s.m <= 16 ? 2 : 4;
+  int nt = rows_per_block / 8;
+  if (nt == 0) {
+    // Two n8 tiles per block halve the x reads per weight byte. One tile doubles the blocks, for
+    // grids of 16-row blocks that would leave SMs idle, as long as the 8-row grid still runs in
+    // one wave (two blocks per SM): a partial second wave costs more than unequal SMs.
+    const int64_t blocks16 = int64_t(s.groups) * ((s.n + 15) / 16);
+    const int64_t blocks8 = int64_t(s.groups) * ((s.n + 7) / 8);
+    nt = xr < 4 && blocks16 < dev->n_sms && blocks8 <= 2 * int64_t(dev->n_sms) ? 1 : 2;
+  }
+  const Params p{x, w, w8, y, s.m, s.n, s.k, s.ldx, s.x_group_stride, s.ldy, s.y_group_stride};
+  switch (xr) {
+    case 1: return launch_xr<1>(p, out, s.groups, nt, stream);
+    case 2: return launch_xr<2>(p, out, s.groups, nt, stream);
+    default: return launch_xr<4>(p, out, s.groups, nt, stream);
+  }
+}
+
+// Thread = 8 weights (one 8-byte load, one 16-byte store) at flat index 8 i of [rows][k]. With k
+// a multiple of 128 the flat group index 8 i / 128 is row * k / 128 + col / 128: the exps' order.
+__global__ void fp8_to_bf16_kernel(Fp8WeightView w, int64_t n8, __nv_bfloat16* out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint2 codes = __ldg(reinterpret_cast<const uint2*>(w.codes) + i);
+    const int64_t group = i / 16;
+    const float f = dense_detail::fp8_group_factor(__ldg(w.exps + group));
+    reinterpret_cast<uint4*>(out)[i] = fp8x8_to_bf16x8(codes, f);
+  }
+}
+
 }  // namespace
 
 bool dense_decode_streams(const DenseDecodeShape& s) {
   const Result<const DeviceInfo*> dev = current_device_info();
-  return dev.is_ok() && dense_stream_supported(s, *dev.value());
+  return dev.is_ok() && dense_stream_supported(s, *dev.value(), false);
 }
 
 bool dense_decode_supported(const DenseDecodeShape& s, const void* x, const void* w, const void* y) {
@@ -220,27 +313,31 @@ Status dense_decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y
   if (!dense_decode_supported(s, x, w, y))
     return invalid_argument("dense_decode_gemm: unsupported m {} n {} k {} groups {} ldx {} xgs {} ldy {} ygs {}", s.m,
                             s.n, s.k, s.groups, s.ldx, s.x_group_stride, s.ldy, s.y_group_stride);
-  if (rows_per_block != 0 && rows_per_block != 8 && rows_per_block != 16)
-    return invalid_argument("dense_decode_gemm: rows_per_block {} (0, 8 or 16)", rows_per_block);
+  return decode_gemm(x, w, Fp8WeightView{}, y, out, s, stream, rows_per_block);
+}
+
+Status dense_decode_gemm_fp8(const __nv_bfloat16* x, Fp8WeightView w, void* y, DenseOut out,
+                             const DenseDecodeShape& s, cudaStream_t stream, int rows_per_block) {
+  if (!dense_decode_supported(s, x, w.codes, y) || s.k % 128 != 0 || w.exps == nullptr)
+    return invalid_argument("dense_decode_gemm_fp8: unsupported m {} n {} k {} (a multiple of 128) groups {} ldx {} "
+                            "xgs {} ldy {} ygs {}, or null exponents",
+                            s.m, s.n, s.k, s.groups, s.ldx, s.x_group_stride, s.ldy, s.y_group_stride);
+  if (out != DenseOut::kBf16) return invalid_argument("dense_decode_gemm_fp8: fp8 weights take bf16 output only");
+  return decode_gemm(x, nullptr, w, y, out, s, stream, rows_per_block);
+}
+
+Status fp8_groups_to_bf16(Fp8WeightView w, int64_t rows, int k, __nv_bfloat16* out, cudaStream_t stream) {
+  if (rows < 1 || k < 128 || k % 128 != 0 || w.codes == nullptr || w.exps == nullptr || out == nullptr ||
+      !aligned(w.codes, 8) || !aligned(out, 16))
+    return invalid_argument("fp8_groups_to_bf16: rows {} k {} (a multiple of 128), codes 8-byte and out 16-byte "
+                            "aligned, none null",
+                            rows, k);
+  const int64_t n8 = rows * (k / 8);
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
-  // 1..4 rows: the weight-streaming kernel (dense_stream.cu); rows_per_block forces this one.
-  if (rows_per_block == 0 && dense_stream_supported(s, *dev)) return dense_stream_gemm(x, w, y, out, s, stream);
-  const int xr = s.m <= 8 ? 1 : s.m <= 16 ? 2 : 4;
-  int nt = rows_per_block / 8;
-  if (nt == 0) {
-    // Two n8 tiles per block halve the x reads per weight byte. One tile doubles the blocks, for
-    // grids of 16-row blocks that would leave SMs idle, as long as the 8-row grid still runs in
-    // one wave (two blocks per SM): a partial second wave costs more than unequal SMs.
-    const int64_t blocks16 = int64_t(s.groups) * ((s.n + 15) / 16);
-    const int64_t blocks8 = int64_t(s.groups) * ((s.n + 7) / 8);
-    nt = xr < 4 && blocks16 < dev->n_sms && blocks8 <= 2 * int64_t(dev->n_sms) ? 1 : 2;
-  }
-  const Params p{x, w, y, s.m, s.n, s.k, s.ldx, s.x_group_stride, s.ldy, s.y_group_stride};
-  switch (xr) {
-    case 1: return launch_xr<1>(p, out, s.groups, nt, stream);
-    case 2: return launch_xr<2>(p, out, s.groups, nt, stream);
-    default: return launch_xr<4>(p, out, s.groups, nt, stream);
-  }
+  const int blocks = int(std::min<int64_t>((n8 + 255) / 256, int64_t(dev->n_sms) * 8));
+  // A plain launch: it runs at load or before a prefill GEMM, not inside a decode chain.
+  fp8_to_bf16_kernel<<<blocks, 256, 0, stream>>>(w, n8, out);
+  return cuda_status(cudaGetLastError(), "fp8_to_bf16_kernel");
 }
 
 }  // namespace dsv4::cuda

@@ -45,4 +45,24 @@ bool dense_decode_streams(const DenseDecodeShape& s);
 Status dense_decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DenseOut out,
                          const DenseDecodeShape& s, cudaStream_t stream, int rows_per_block = 0);
 
+// A weight in the lossless fp8 form of model/fp8_groups.h: e4m3fn codes u8 [rows, k] and one
+// power-of-two exponent per (row, 128-column group), i8 [rows, k / 128]; W = e4m3(code) * 2^exp.
+// Rows as for the bf16 weight (group g of a grouped GEMM: rows [g * n, (g + 1) * n)).
+struct Fp8WeightView {
+  const uint8_t* codes = nullptr;
+  const int8_t* exps = nullptr;
+};
+
+// dense_decode_gemm on the fp8 form of W, bf16 out (the one such weight is wo_a; DenseOut::kF32
+// is refused), k a multiple of 128. Half the weight bytes of the bf16 GEMM. Both kernels turn each
+// code back into the exact weight (fp32: the code's bits times 2^(exp + 120), one exact multiply;
+// the mma kernel then packs it to bf16 exactly) and run the bf16 kernels' arithmetic in the same
+// order, so y has the same bits as dense_decode_gemm on the decoded bf16 weight.
+Status dense_decode_gemm_fp8(const __nv_bfloat16* x, Fp8WeightView w, void* y, DenseOut out,
+                             const DenseDecodeShape& s, cudaStream_t stream, int rows_per_block = 0);
+
+// out bf16 [rows, k] = the exact values of an fp8-form weight (prefill and batches past the decode
+// kernels run the bf16 GEMM on this copy). k a multiple of 128.
+Status fp8_groups_to_bf16(Fp8WeightView w, int64_t rows, int k, __nv_bfloat16* out, cudaStream_t stream);
+
 }  // namespace dsv4::cuda

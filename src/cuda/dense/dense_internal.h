@@ -14,11 +14,13 @@ namespace dsv4::cuda {
 
 inline constexpr int kDenseStreamMaxRows = 4;
 
-// Whether dense_stream_gemm takes the shape on `dev` (rows, k % 32, its shared memory: the rings
-// plus the x rows of the groups a block spans). dense_decode_supported must hold as well.
-bool dense_stream_supported(const DenseDecodeShape& s, const DeviceInfo& dev);
+// Whether dense_stream_gemm takes the shape on `dev` with bf16 or (fp8) fp8-form weights (rows,
+// k % 32 (fp8: % 128), its shared memory: the rings plus the x rows of the groups a block spans).
+// dense_decode_supported must hold as well.
+bool dense_stream_supported(const DenseDecodeShape& s, const DeviceInfo& dev, bool fp8);
 
-Status dense_stream_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DenseOut out,
+// Exactly one of w (bf16) and w8.codes (fp8 form; bf16 out only) is set.
+Status dense_stream_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView w8, void* y, DenseOut out,
                          const DenseDecodeShape& s, cudaStream_t stream);
 
 }  // namespace dsv4::cuda
