@@ -57,6 +57,7 @@ struct BenchArgs {
   std::string weights_l2 = "normal";     // normal | first: cuda::set_weights_evict_first, likewise
   int attention_head_groups = 0;         // GpuModelOptions::attention_head_groups
   std::string compressor_branch = "on";  // on | off: GpuModelOptions::compressor_branch
+  std::string wo_a = "bf16";             // bf16 | fp8: GpuModelOptions::wo_a_fp8
   std::string layers = "20";             // synthetic: a count, or "max" (the most that fit)
   std::vector<int> batches = {1, 32};
   std::vector<int64_t> contexts = {4096};
@@ -105,16 +106,18 @@ size_t int4_bytes(int64_t n, int64_t k) { return cuda::w4a16_qweight_bytes(int(n
 
 // Weight bytes one decode step reads besides the routed experts (every layer's attention
 // projections, compressors, indexer, router, shared expert; the LM head), and one routed expert.
+// fp8_wo_a: layers whose wo_a the model holds in the fp8 form (1 byte a weight + 1 per 128).
 struct WeightBytes {
   double fixed = 0, per_expert = 0, head = 0;
 };
-WeightBytes weight_bytes(const ModelConfig& c) {
+WeightBytes weight_bytes(const ModelConfig& c, int64_t fp8_wo_a) {
   WeightBytes w;
   const int64_t D = c.hidden;
+  const double wo_a_n = double(int64_t(c.o_groups) * c.o_lora_rank * c.group_in_dim());
+  w.fixed += double(fp8_wo_a) * wo_a_n * (1.0 + 1.0 / 128.0) + double(c.n_layers - fp8_wo_a) * 2.0 * wo_a_n;
   for (const LayerSpec& s : c.layers) {
     w.fixed += double(int4_bytes(c.q_lora_rank + c.head_dim, D) + int4_bytes(c.q_dim(), c.q_lora_rank) +
                       int4_bytes(D, int64_t(c.o_groups) * c.o_lora_rank));
-    w.fixed += 2.0 * double(int64_t(c.o_groups) * c.o_lora_rank * c.group_in_dim());  // wo_a bf16
     w.fixed += 2.0 * double(c.n_routed_experts * D);                                   // router bf16
     w.fixed += double(int4_bytes(2 * c.moe_inter, D) + int4_bytes(D, c.moe_inter));    // shared expert
     w.fixed += 4.0 * double(2 * c.hc_mix() * c.hc_dim());                              // mHC fn f32
@@ -214,8 +217,9 @@ int run_bench(const BenchArgs& a) {
   // The buffers of the ladder (gpu::ladder_shape).
   const int max_b = *std::max_element(a.batches.begin(), a.batches.end());
   const int64_t max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
-  const gpu::DeviceBytesShape shape =
+  gpu::DeviceBytesShape shape =
       gpu::ladder_shape(max_b, int(a.batches.size()), max_ctx, a.chunk, a.decode_steps, a.kernel_trace);
+  shape.wo_a_fp8 = a.wo_a == "fp8";
   const int64_t ctx_blocks = shape.max_positions / 256;  // a sequence's blocks
 
   std::unique_ptr<ModelConfig> cfg;
@@ -279,6 +283,7 @@ int run_bench(const BenchArgs& a) {
   o.dense_decode = a.dense_decode;
   o.attention_head_groups = a.attention_head_groups;
   o.compressor_branch = a.compressor_branch == "on";
+  o.wo_a_fp8 = a.wo_a == "fp8";
   std::sort(o.graph_batch_sizes.begin(), o.graph_batch_sizes.end());
   const auto t_load = Clock::now();
   auto model = gpu::GpuModel::load(*cfg, *weights, o);
@@ -290,11 +295,13 @@ int run_bench(const BenchArgs& a) {
   if (!bw.is_ok()) return fail(bw.status());
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s, pdl {}, weights L2 {}, attention head groups {}, compressor branch {}\n",
+  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s, pdl {}, weights L2 {}, attention head groups {}, compressor branch {}, wo_a {} ({} layers in fp8)\n",
              a.model.empty() ? "synthetic flash" : a.model, cfg->n_layers, cfg->vocab_size,
              fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw, a.pdl, a.weights_l2,
              a.attention_head_groups == 0 ? std::string("auto") : std::to_string(a.attention_head_groups),
-             a.compressor_branch);
+             a.compressor_branch, a.wo_a, m.fp8_linears());
+  for (const std::string& line : m.manifest())
+    if (line.find("stays bf16") != std::string::npos) fmt::print("bench: {}\n", line);  // a refused fp8 wo_a
   fmt::print("bench: device bytes {:.2f} GB, estimated {:.2f} GB (weights {:.2f}, KV {:.2f}, activations {:.2f}; "
              "gpu/memory_estimate.h)\n",
              double(m.device_bytes()) / 1e9, double(estimate.total()) / 1e9, double(estimate.weights) / 1e9,
@@ -321,13 +328,15 @@ int run_bench(const BenchArgs& a) {
   out["weights_l2"] = a.weights_l2;
   out["attention_head_groups"] = a.attention_head_groups;
   out["compressor_branch"] = a.compressor_branch;
+  out["wo_a"] = a.wo_a;
+  out["wo_a_fp8_layers"] = m.fp8_linears();
   out["copy_bandwidth_gbs"] = *bw;
   out["kernel_trace_steps"] = a.kernel_trace;
   out["device_bytes"] = m.device_bytes();
   out["device_bytes_estimate"] = {{"weights", estimate.weights}, {"kv", estimate.kv},
                                   {"activations", estimate.activations}, {"total", estimate.total()}};
   json& runs = out["runs"];
-  const WeightBytes wb = weight_bytes(*cfg);
+  const WeightBytes wb = weight_bytes(*cfg, m.fp8_linears());
 
   // Token ids: a fixed pseudo-random stream (the content does not matter for timing).
   auto token_at = [&](int64_t seq, int64_t p) { return int32_t((seq * 7919 + p * 104729) % cfg->vocab_size); };
@@ -496,6 +505,12 @@ void register_bench(CLI::App& app, int& exit_code, const std::string& argv) {
                   "on | off: the compressor projections and emits on a second stream beside the query path "
                   "(off: one stream, for A/B runs)")
       ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--wo-a", a->wo_a,
+                  "bf16 | fp8: each layer's wo_a as stored (bf16) or in the lossless fp8 form where its values "
+                  "allow (half the bytes; synthetic weights: random fp8-form values). The roofline counts the "
+                  "bytes of the form the model holds")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
   cmd->add_option("--kernel-trace", a->kernel_trace,
                   "N: trace N more graph decode steps of each batch size with CUPTI and split the median one by "

@@ -126,6 +126,9 @@ void register_generate(CLI::App& app, int& exit_code) {
   cmd->add_option("--stop", a->stop, "stop string (repeatable)");
   cmd->add_option("--device", a->engine.device, "cpu | cuda")->capture_default_str();
   cmd->add_option("--kv-dtype", a->engine.kv_dtype, "fp8 | bf16")->capture_default_str();
+  cmd->add_option("--wo-a", a->engine.wo_a, "--device cuda: bf16 | fp8 (wo_a in the lossless fp8 form where allowed)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
   cmd->add_option("--cpu-numerics", a->engine.cpu_numerics, "bf16 | fp32")->capture_default_str();
   cmd->add_option("--cpu-threads", a->engine.cpu_threads, "OpenMP threads (0: default)")->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", a->engine.max_num_batched_tokens, "prefill chunk size")

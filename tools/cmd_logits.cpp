@@ -26,7 +26,7 @@ namespace dsv4::cli {
 namespace {
 
 struct LogitsArgs {
-  std::string model, ids, out, numerics = "fp32", device = "cpu", selected;
+  std::string model, ids, out, numerics = "fp32", device = "cpu", selected, wo_a = "bf16";
   int64_t chunk = 0;
 };
 
@@ -65,14 +65,17 @@ struct Selections {
 #if DSV4_HAVE_CUDA_RUNNER
 // All rows of every chunk through gpu::GpuModel (one sequence in slot 0, blocks 0, 1, 2, ...).
 Status gpu_logits(const ModelConfig& cfg, const ModelWeights& w, std::span<const int32_t> ids, int64_t chunk,
-                  float* logits, Selections* sel) {
+                  bool wo_a_fp8, float* logits, Selections* sel) {
   const int64_t T = int64_t(ids.size());
   gpu::GpuModelOptions o;
   o.max_seqs = 1;
   o.max_tokens_per_step = int(chunk);
   o.max_positions = T;
   o.n_kv_blocks = int((T + 255) / 256);
+  o.wo_a_fp8 = wo_a_fp8;
   DSV4_ASSIGN_OR_RETURN(auto model, gpu::GpuModel::load(cfg, w, o));
+  for (const std::string& line : model->manifest())
+    if (line.find("stays bf16") != std::string::npos) fmt::print(stderr, "logits: {}\n", line);
   std::vector<int32_t> blocks(size_t(o.n_kv_blocks));
   for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = int32_t(i);
   for (int64_t s = 0; s < T; s += chunk) {
@@ -157,7 +160,7 @@ int run_logits(const LogitsArgs& a) {
       fmt::print(stderr, "logits: --device cuda computes bf16 numerics (pass --numerics bf16)\n");
       return 2;
     }
-    const Status st = gpu_logits(*cfg, **w, *ids, chunk, logits.data(), sel);
+    const Status st = gpu_logits(*cfg, **w, *ids, chunk, a.wo_a == "fp8", logits.data(), sel);
     if (!st.is_ok()) {
       fmt::print(stderr, "logits: {}\n", st.to_string());
       return 1;
@@ -208,6 +211,9 @@ void register_logits(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--chunk", a->chunk, "feed the prompt in chunks of N tokens (default: all at once)");
   cmd->add_option("--device", a->device, "cpu | cuda (needs --numerics bf16)")->capture_default_str();
+  cmd->add_option("--wo-a", a->wo_a, "--device cuda: bf16 | fp8 (wo_a in the lossless fp8 form where allowed)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
   cmd->add_option("--selected", a->selected,
                   "also write the CSA layers' indexer selections, int32 .npy [n_csa_layers, T, index_topk]");
   cmd->callback([a, &exit_code] { exit_code = run_logits(*a); });

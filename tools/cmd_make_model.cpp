@@ -17,6 +17,9 @@ void register_make_model(CLI::App& app, int& exit_code) {
   cmd->add_option("--vocab", opts->vocab, "vocabulary size (default: 1024 tiny, 129280 flash-shaped)");
   cmd->add_option("--format", opts->format, "w4a16 (Intel AutoRound layout) | fp8 (original FP8 + MXFP4 release) | bf16")->capture_default_str();
   cmd->add_option("--seed", opts->seed, "random seed")->capture_default_str();
+  cmd->add_flag("--wo-a-from-fp8", opts->wo_a_from_fp8,
+                "w4a16: wo_a's BF16 values drawn as FP8 block values, as in the real W4A16 export "
+                "(the GPU loader's fp8 form can then hold it)");
   cmd->add_option("--tokenizer", opts->tokenizer, "tokenizer.json to copy (sets vocab to 129280)");
   cmd->add_option("--layer-types", opts->layer_types, "per-layer attention: swa,csa,hca (default: Flash pattern)")
       ->delimiter(',');

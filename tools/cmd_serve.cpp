@@ -183,6 +183,11 @@ void register_serve(CLI::App& app, int& exit_code) {
   cmd->add_option("--num-gpu-blocks", e.num_kv_blocks,
                   "KV blocks of 256 tokens (default: max-num-seqs full-length sequences)");
   cmd->add_option("--kv-dtype", e.kv_dtype, "fp8 (fp8_ds_mla) | bf16")->capture_default_str();
+  cmd->add_option("--wo-a", e.wo_a,
+                  "CUDA runner: bf16 | fp8 (each wo_a in the lossless fp8 form where its values allow: half its "
+                  "memory, the same results)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
   cmd->add_option("--cpu-numerics", e.cpu_numerics, "CPU runner: bf16 (GPU oracle) | fp32 (HF)")
       ->capture_default_str();
   cmd->add_option("--cpu-threads", e.cpu_threads, "CPU runner: OpenMP threads (0: OpenMP default)")

@@ -121,6 +121,8 @@ struct EngineConfig {
   std::string model_dir;              // checkpoint directory ("" with a diagnostic script)
   std::string kv_dtype = "fp8";       // fp8 (fp8_ds_mla layout) | bf16
   std::string cpu_numerics = "bf16";  // CPU runner: bf16 (GPU oracle mode) | fp32 (HF mode)
+  std::string wo_a = "bf16";          // CUDA runner: bf16 | fp8 (each wo_a in the lossless fp8 form
+                                      // where its values allow: half the bytes, the same results)
   int32_t cpu_threads = 0;            // CPU runner: OpenMP threads, 0 = OpenMP's default
   std::string diagnostic_script;      // a JSON script that replaces the model (tests only)
   // Scheduler

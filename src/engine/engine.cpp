@@ -514,6 +514,7 @@ std::vector<std::pair<std::string, std::string>> EngineConfig::fields() const {
       {"model", model_dir},
       {"kv_dtype", kv_dtype},
       {"cpu_numerics", cpu_numerics},
+      {"wo_a", wo_a},
       {"cpu_threads", fmt::format("{}", cpu_threads)},
       {"diagnostic_script", diagnostic_script},
       {"max_num_seqs", fmt::format("{}", max_num_seqs)},

@@ -181,4 +181,27 @@ Status Blas::grouped_bf16_out(const __nv_bfloat16* o, int m, int groups, const _
   return Status::ok();
 }
 
+Status Blas::grouped_fp8_bf16_out(const __nv_bfloat16* o, int m, int groups, cuda::Fp8WeightView w, int n, int k,
+                                  __nv_bfloat16* u, __nv_bfloat16* scratch) const {
+  static_assert(kDecodeMaxRows == cuda::kDenseDecodeMaxRows);
+  if (m < 1 || n < 1 || k < 1 || groups < 1 || int64_t(groups) * k > INT32_MAX)
+    return invalid_argument("grouped_fp8_bf16_out: bad shape m {} groups {} n {} k {}", m, groups, n, k);
+  if (m <= kDecodeMaxRows) {
+    cuda::DenseDecodeShape ds;
+    ds.m = m;
+    ds.n = n;
+    ds.k = k;
+    ds.groups = groups;
+    ds.ldx = int64_t(groups) * k;
+    ds.x_group_stride = k;
+    ds.ldy = int64_t(groups) * n;
+    ds.y_group_stride = n;
+    return cuda::dense_decode_gemm_fp8(o, w, u, cuda::DenseOut::kBf16, ds, stream_);
+  }
+  if (scratch == nullptr)
+    return invalid_argument("grouped_fp8_bf16_out: {} rows need the bf16 scratch for the fp8 weight (none given)", m);
+  DSV4_RETURN_IF_ERROR(cuda::fp8_groups_to_bf16(w, int64_t(groups) * n, k, scratch, stream_));
+  return grouped_bf16_out(o, m, groups, scratch, n, k, u);
+}
+
 }  // namespace dsv4::gpu

@@ -12,6 +12,7 @@
 #include "cpu/rope.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/testing/random_gptq.h"
+#include "model/fp8_groups.h"
 
 namespace dsv4::gpu {
 
@@ -193,6 +194,46 @@ class Uploader {
     return Status::ok();
   }
 
+  // The fp8 form of a dense linear (model/fp8_groups.h), into *out; false (nothing allocated, the
+  // reason in fp8_refused when it is the first) when some bf16 value of it is not FP8-derived.
+  // Encoded whole on the host first, so that a refused weight costs no device memory.
+  Result<bool> fp8_groups(const LinearWeight& lw, cuda::Fp8WeightView* out) {
+    const int64_t n = lw.n, k = lw.k;
+    if (k % kFp8GroupSize != 0) return refuse_fp8(lw, fmt::format("k = {} is not a multiple of {}", k, kFp8GroupSize));
+    const int64_t n_exps = n * (k / kFp8GroupSize);
+    if (synthetic_) {
+      DSV4_ASSIGN_OR_RETURN(uint8_t* c, arena_.alloc_n<uint8_t>(n * k, MemCategory::kWeights, lw.name + " (fp8 codes)"));
+      DSV4_ASSIGN_OR_RETURN(int8_t* e, arena_.alloc_n<int8_t>(n_exps, MemCategory::kWeights, lw.name + " (fp8 exps)"));
+      // The bf16 draw's range (dense_into: +-2 x 2^-s): the largest code, 448 = 1.75 x 2^8, under
+      // 2^(-8 - s); half the groups one binade lower.
+      const int e_hi = -8 - int(std::ceil(std::log2(std::sqrt(double(k)))));
+      DSV4_RETURN_IF_ERROR(cuda::testing::fill_random_fp8_groups(c, e, n, int(k), next_seed(), e_hi - 1, e_hi, stream_));
+      *out = {c, e};
+    } else {
+      std::vector<uint8_t> codes(static_cast<size_t>(n * k));
+      std::vector<int8_t> exps(static_cast<size_t>(n_exps));
+      const int64_t rows = std::max<int64_t>(1, (int64_t(4) << 20) / k);
+      std::vector<float> f(size_t(rows * k));
+      for (int64_t r0 = 0; r0 < n; r0 += rows) {
+        const int64_t r1 = std::min(n, r0 + rows);
+        lw.dequant_rows(r0, r1, f.data());
+        for (int64_t i = 0; i < (r1 - r0) * k; ++i) f[size_t(i)] = round_bf16(f[size_t(i)]);  // the bf16 values
+        Fp8GroupsMiss miss;
+        if (!encode_fp8_groups(f.data(), r1 - r0, k, codes.data() + r0 * k, exps.data() + r0 * (k / kFp8GroupSize),
+                               &miss))
+          return refuse_fp8(lw, fmt::format("element ({}, {}) = {}: {}", r0 + miss.row, miss.col, miss.value, miss.why));
+      }
+      DSV4_ASSIGN_OR_RETURN(uint8_t* c, arena_.alloc_n<uint8_t>(n * k, MemCategory::kWeights, lw.name + " (fp8 codes)"));
+      DSV4_ASSIGN_OR_RETURN(int8_t* e, arena_.alloc_n<int8_t>(n_exps, MemCategory::kWeights, lw.name + " (fp8 exps)"));
+      DSV4_RETURN_IF_ERROR(copy(c, codes.data(), codes.size()));
+      DSV4_RETURN_IF_ERROR(copy(e, exps.data(), exps.size()));
+      *out = {c, e};
+    }
+    ++out_.n_fp8_linears;
+    out_.fp8_bytes += size_t(n * k + n_exps);
+    return true;
+  }
+
   Result<const bf16*> dense(const LinearWeight& lw) {
     DSV4_ASSIGN_OR_RETURN(bf16* d, arena_.alloc_n<bf16>(lw.n * lw.k, MemCategory::kWeights, lw.name));
     DSV4_RETURN_IF_ERROR(dense_into(lw, d));
@@ -236,6 +277,11 @@ class Uploader {
     DSV4_ASSIGN_OR_RETURN(int32_t* d, arena_.alloc_n<int32_t>(int64_t(t.size()), MemCategory::kWeights, what));
     DSV4_RETURN_IF_ERROR(copy(d, t.data(), t.size() * 4));
     return static_cast<const int32_t*>(d);
+  }
+
+  bool refuse_fp8(const LinearWeight& lw, const std::string& why) {
+    if (out_.fp8_refused.empty()) out_.fp8_refused = fmt::format("'{}' stays bf16: {}", lw.name, why);
+    return false;
   }
 
   Status finish() { return cuda::cuda_status(cudaStreamSynchronize(stream_), "upload_weights: cudaStreamSynchronize"); }
@@ -282,7 +328,7 @@ Result<cuda::CompressorParamsView> compressor_params(Uploader& up, const ModelCo
 }
 
 Status upload_layer(Uploader& up, DeviceArena& arena, const ModelConfig& cfg, const LayerWeights& lw, int idx,
-                    const DeviceModelWeights& g, LayerDeviceWeights& L) {
+                    const DeviceModelWeights& g, bool wo_a_fp8, LayerDeviceWeights& L) {
   const std::string p = fmt::format("layers.{}", idx);
   const int D = cfg.hidden;
   L.spec = lw.spec;
@@ -296,7 +342,13 @@ Status upload_layer(Uploader& up, DeviceArena& arena, const ModelConfig& cfg, co
   DSV4_ASSIGN_OR_RETURN(L.q_norm, up.f32(A.q_norm, p + ".attn.q_norm", size_t(cfg.q_lora_rank)));
   DSV4_ASSIGN_OR_RETURN(L.wq_b, up.int4({&A.wq_b}));
   DSV4_ASSIGN_OR_RETURN(L.kv_norm, up.f32(A.kv_norm, p + ".attn.kv_norm", size_t(cfg.head_dim)));
-  DSV4_ASSIGN_OR_RETURN(L.wo_a, up.dense(A.wo_a));
+  bool wo_a_in_fp8 = false;
+  if (wo_a_fp8) {
+    DSV4_ASSIGN_OR_RETURN(wo_a_in_fp8, up.fp8_groups(A.wo_a, &L.wo_a8));
+  }
+  if (!wo_a_in_fp8) {
+    DSV4_ASSIGN_OR_RETURN(L.wo_a, up.dense(A.wo_a));
+  }
   DSV4_ASSIGN_OR_RETURN(L.wo_b, up.int4({&A.wo_b}));
   DSV4_ASSIGN_OR_RETURN(L.sink, up.f32(A.sink, p + ".attn.attn_sink", size_t(cfg.n_heads)));
   L.inv_freq = lw.spec.attn == AttnType::kSliding ? g.inv_freq_main : g.inv_freq_compress;
@@ -371,7 +423,7 @@ Status upload_layer(Uploader& up, DeviceArena& arena, const ModelConfig& cfg, co
 }  // namespace
 
 Result<DeviceModelWeights> upload_weights(const ModelConfig& cfg, const ModelWeights& w, DeviceArena& arena,
-                                          cudaStream_t stream) {
+                                          cudaStream_t stream, bool wo_a_fp8) {
   DeviceModelWeights out;
   Uploader up(cfg, arena, stream, out, w.is_synthetic);
   DSV4_RETURN_IF_ERROR(up.init_staging(w));
@@ -393,7 +445,7 @@ Result<DeviceModelWeights> upload_weights(const ModelConfig& cfg, const ModelWei
     return invalid_argument("{} layers of weights for {} layers in the config", w.layers.size(), cfg.n_layers);
   out.layers.resize(size_t(cfg.n_layers));
   for (int l = 0; l < cfg.n_layers; ++l)
-    DSV4_RETURN_IF_ERROR(upload_layer(up, arena, cfg, w.layers[size_t(l)], l, out, out.layers[size_t(l)]));
+    DSV4_RETURN_IF_ERROR(upload_layer(up, arena, cfg, w.layers[size_t(l)], l, out, wo_a_fp8, out.layers[size_t(l)]));
   DSV4_RETURN_IF_ERROR(up.finish());
   return out;
 }

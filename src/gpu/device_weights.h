@@ -4,16 +4,21 @@
 // packed weight, MoE w1 | w3 are interleaved, experts are stacked), dense linears are converted
 // to bf16 (LinearWeight::dequant_rows; BF16 tensors are copied as they are), small parameters
 // (norms, mHC, sinks, ape, router bias) stay fp32. Every buffer belongs to the DeviceArena.
+// With wo_a_fp8, each wo_a whose bf16 values are all FP8-derived (model/fp8_groups.h: checked
+// value by value on the host) is stored in the lossless fp8 form instead (half the bytes, the
+// same values); one that is not stays bf16, and fp8_refused says which and why.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "cuda/compressor/compressor.h"
+#include "cuda/dense/dense.h"
 #include "cuda/moe/moe.h"
 #include "cuda/ops/ops.h"
 #include "cuda/w4a16/w4a16.h"
@@ -42,7 +47,8 @@ struct LayerDeviceWeights {
   const float* q_norm = nullptr;      // f32 [q_lora]
   cuda::W4A16Weight wq_b;             // packed [H*d, q_lora]
   const float* kv_norm = nullptr;     // f32 [d]
-  const __nv_bfloat16* wo_a = nullptr;  // bf16 [o_groups * o_lora, H*d / o_groups]
+  const __nv_bfloat16* wo_a = nullptr;  // bf16 [o_groups * o_lora, H*d / o_groups], or null when:
+  cuda::Fp8WeightView wo_a8;            // the same in the fp8 form (codes null unless wo_a_fp8)
   cuda::W4A16Weight wo_b;             // packed [D, o_groups * o_lora]
   const float* sink = nullptr;        // f32 [H]
   const float* inv_freq = nullptr;    // f32 [rope_dim / 2]: main rope (SWA) or compress rope (CSA/HCA)
@@ -66,13 +72,16 @@ struct DeviceModelWeights {
   const float* inv_freq_compress = nullptr;  // f32 [rope_dim / 2]
   std::vector<LayerDeviceWeights> layers;
   int64_t n_int4_linears = 0;            // GPTQ tensors repacked (experts counted one by one)
-  size_t int4_bytes = 0, bf16_bytes = 0, f32_bytes = 0;
+  int64_t n_fp8_linears = 0;             // linears stored in the fp8 form (wo_a_fp8)
+  size_t int4_bytes = 0, bf16_bytes = 0, f32_bytes = 0, fp8_bytes = 0;
+  std::string fp8_refused;               // the first weight asked in fp8 that stayed bf16, and why
 };
 
 // Uploads everything (synchronizes `stream` before returning). Errors: a linear the W4A16 path
 // needs as GPTQ INT4 stored otherwise (names it), int4 parameters the kernels do not take (group
-// size, asymmetric zeros, scale dtype), tid2eid ids out of range, allocation failures.
+// size, asymmetric zeros, scale dtype), tid2eid ids out of range, allocation failures. Synthetic
+// weights with wo_a_fp8 get random fp8-form wo_a (the real checkpoints' kind).
 Result<DeviceModelWeights> upload_weights(const ModelConfig& cfg, const ModelWeights& w, DeviceArena& arena,
-                                          cudaStream_t stream);
+                                          cudaStream_t stream, bool wo_a_fp8 = false);
 
 }  // namespace dsv4::gpu

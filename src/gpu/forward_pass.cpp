@@ -228,7 +228,12 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
 
   // output: u = bf16(grouped wo_a), y = bf16(u wo_b^T)
   mark(StepCategory::kDenseLinear);
-  DSV4_RETURN_IF_ERROR(ws_.blas.grouped_bf16_out(a_.o, T, c.o_groups, L.wo_a, c.o_lora_rank, c.group_in_dim(), a_.u));
+  if (L.wo_a8.codes != nullptr)
+    DSV4_RETURN_IF_ERROR(ws_.blas.grouped_fp8_bf16_out(a_.o, T, c.o_groups, L.wo_a8, c.o_lora_rank, c.group_in_dim(),
+                                                       a_.u, ws_.wo_a_bf16));
+  else
+    DSV4_RETURN_IF_ERROR(
+        ws_.blas.grouped_bf16_out(a_.o, T, c.o_groups, L.wo_a, c.o_lora_rank, c.group_in_dim(), a_.u));
   mark(StepCategory::kW4A16Linear);
   // wo_b's split-K sum is left to the HCPost (no kernel until then uses the W4A16 workspace).
   DSV4_RETURN_IF_ERROR(gemm(a_.u, int64_t(c.o_groups) * c.o_lora_rank, T, L.wo_b, a_.y, D, y_split));

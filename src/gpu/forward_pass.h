@@ -52,6 +52,9 @@ struct Workspaces {
   cuda::AttentionWorkspace attention;
   Blas blas;       // on the model's stream
   Blas side_blas;  // on SideStream::stream, with a workspace of its own (initialized with the side stream)
+  // bf16 [o_groups * o_lora, H*d / o_groups]: an fp8-form wo_a as bf16 for steps past the decode
+  // kernels' rows (null when no layer has one or no step has that many rows).
+  __nv_bfloat16* wo_a_bf16 = nullptr;
   bool has_indexer = false;
 };
 

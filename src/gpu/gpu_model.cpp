@@ -204,6 +204,12 @@ struct GpuModel::Impl {
     DSV4_ASSIGN_OR_RETURN(ws.attention, cuda::AttentionWorkspace::create(T, c.n_heads, c.head_dim));
     arena.account(ws.attention.bytes(), cat);
     DSV4_ASSIGN_OR_RETURN(void* blas_ws, arena.alloc(kBlasWorkspaceBytes, cat, "the cuBLAS workspace"));
+    const bool any_fp8_wo_a = std::any_of(w.layers.begin(), w.layers.end(),
+                                          [](const LayerDeviceWeights& l) { return l.wo_a8.codes != nullptr; });
+    if (any_fp8_wo_a && T > Blas::kDecodeMaxRows) {
+      DSV4_ASSIGN_OR_RETURN(ws.wo_a_bf16, arena.alloc_n<__nv_bfloat16>(int64_t(c.o_groups) * c.o_lora_rank * c.group_in_dim(),
+                                                                        cat, "wo_a as bf16 (fp8 weights, large steps)"));
+    }
     if (opts.attention_head_groups != 0 && opts.attention_head_groups != 1 && opts.attention_head_groups != 4)
       return invalid_argument("attention_head_groups must be 0 (the plan picks), 1 or 4, found {}",
                               opts.attention_head_groups);
@@ -284,7 +290,7 @@ struct GpuModel::Impl {
             cuda_status(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreateWithFlags (branch)"));
     }
 
-    DSV4_ASSIGN_OR_RETURN(w, upload_weights(cfg, weights, arena, so.stream));
+    DSV4_ASSIGN_OR_RETURN(w, upload_weights(cfg, weights, arena, so.stream, opts.wo_a_fp8));
     DSV4_RETURN_IF_ERROR(allocate_activations());
     DSV4_RETURN_IF_ERROR(create_workspaces());
     layout = StepMetaLayout::make(opts.max_tokens_per_step, opts.max_seqs,
@@ -395,9 +401,10 @@ struct GpuModel::Impl {
     m.push_back(fmt::format("gpu model: {} layers, vocab {}, numerics bf16 (W4A16 linears, fp8 KV, fp4 indexer keys)",
                             cfg.n_layers, cfg.vocab_size));
     m.push_back(fmt::format("gpu weights: {:.3f} GiB ({} INT4 linears repacked, {:.3f} GiB; bf16 {:.3f} GiB; f32 {:.3f} "
-                            "GiB), load {:.1f} s",
+                            "GiB; {} fp8-form linears, {:.3f} GiB), load {:.1f} s",
                             gib(arena.bytes(MemCategory::kWeights)), w.n_int4_linears, gib(w.int4_bytes),
-                            gib(w.bf16_bytes), gib(w.f32_bytes), load_seconds));
+                            gib(w.bf16_bytes), gib(w.f32_bytes), w.n_fp8_linears, gib(w.fp8_bytes), load_seconds));
+    if (!w.fp8_refused.empty()) m.push_back("gpu weights: " + w.fp8_refused);
     const KvStateSizes& k = kv.sizes;
     m.push_back(fmt::format("gpu KV: {} blocks x {} B ({:.3f} GiB), {} slots x {} B (window rings + compressor state), "
                             "chunk {} B; {:.3f} GiB in all",
@@ -436,6 +443,7 @@ void* GpuModel::stream() const { return impl_->so.stream; }
 const ModelConfig& GpuModel::config() const { return impl_->cfg; }
 const GpuModelOptions& GpuModel::options() const { return impl_->opts; }
 size_t GpuModel::device_bytes() const { return impl_->arena.bytes(); }
+int64_t GpuModel::fp8_linears() const { return impl_->w.n_fp8_linears; }
 std::vector<std::string> GpuModel::manifest() const { return impl_->manifest(); }
 int64_t GpuModel::allocations_after_load() const { return impl_->arena.allocations_after_seal(); }
 bool GpuModel::last_step_replayed_graph() const { return impl_->last_graph; }

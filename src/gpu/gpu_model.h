@@ -41,6 +41,12 @@ struct GpuModelOptions {
   // others). false: one stream, the launches in the reference's order (A/B runs: `dsv4 bench
   // --compressor-branch off`). Profiled eager steps always run on one stream.
   bool compressor_branch = true;
+  // Each layer's wo_a (8 x 1024 x 4096, bf16 in the W4A16 checkpoints, FP8 at the source) in the
+  // lossless fp8 form (gpu/device_weights.h) where every value allows it: half its bytes. Decode
+  // batches run the dense decode kernels on it, larger steps a bf16 copy made per layer into a
+  // 67 MB workspace (cuBLAS). Same values either way; the bits equal those of the bf16 weight on
+  // the dense decode kernels (dense_decode "woa") and on cuBLAS respectively.
+  bool wo_a_fp8 = false;
 };
 
 // One sequence's part of a step (host memory; the model copies it to its static device buffers).
@@ -90,6 +96,7 @@ class GpuModel {
   const ModelConfig& config() const;
   const GpuModelOptions& options() const;
   size_t device_bytes() const;          // everything this model allocated
+  int64_t fp8_linears() const;          // linears stored in the fp8 form (GpuModelOptions::wo_a_fp8)
   std::vector<std::string> manifest() const;  // lines: weights, KV pool, buffers, graphs
 
   // Test hook: number of device allocations made after load() returned (must stay 0).

@@ -28,11 +28,14 @@ int64_t compressor_bytes(const CompressorWeights& c) {
 
 int64_t expert_bytes(const ExpertWeights& e) { return linear_bytes(e.w1) + linear_bytes(e.w3) + linear_bytes(e.w2); }
 
-int64_t layer_bytes(const LayerWeights& l) {
+// A dense linear in the fp8 form (device_weights.h): a byte a weight and one per 128 columns.
+int64_t fp8_linear_bytes(const LinearWeight& l) { return l.valid() ? l.n * l.k + l.n * (l.k / 128) : 0; }
+
+int64_t layer_bytes(const LayerWeights& l, bool wo_a_fp8) {
   const AttentionWeights& a = l.attn;
   int64_t b = vec_bytes(l.attn_norm) + vec_bytes(l.ffn_norm) + hc_bytes(l.hc_attn) + hc_bytes(l.hc_ffn);
   b += linear_bytes(a.wq_a) + vec_bytes(a.q_norm) + linear_bytes(a.wq_b) + linear_bytes(a.wkv) + vec_bytes(a.kv_norm) +
-       linear_bytes(a.wo_a) + linear_bytes(a.wo_b) + vec_bytes(a.sink);
+       (wo_a_fp8 ? fp8_linear_bytes(a.wo_a) : linear_bytes(a.wo_a)) + linear_bytes(a.wo_b) + vec_bytes(a.sink);
   if (a.has_compressor) b += compressor_bytes(a.compressor);
   if (a.has_indexer)
     b += linear_bytes(a.indexer.wq_b) + linear_bytes(a.indexer.weights_proj) + compressor_bytes(a.indexer.compressor);
@@ -72,20 +75,23 @@ DeviceBytesShape ladder_shape(int max_batch, int n_batches, int64_t max_ctx, int
 
 int64_t device_reserve_bytes(int64_t total_bytes) { return std::max<int64_t>(int64_t(1) << 30, total_bytes / 20); }
 
-int64_t device_weight_bytes(const ModelConfig& cfg, const ModelWeights& w) {
+int64_t device_weight_bytes(const ModelConfig& cfg, const ModelWeights& w, bool wo_a_fp8) {
   const int64_t vd = int64_t(cfg.vocab_size) * cfg.hidden;
   int64_t b = vd * 2 + linear_bytes(w.head) + vec_bytes(w.norm) + hc_bytes(w.hc_head);  // embedding bf16
   const size_t n = std::min(w.layers.size(), size_t(cfg.n_layers));
-  for (size_t i = 0; i < n; ++i) b += layer_bytes(w.layers[i]);
+  for (size_t i = 0; i < n; ++i) b += layer_bytes(w.layers[i], wo_a_fp8);
   return b;
 }
 
 DeviceBytesEstimate estimate_device_bytes(const ModelConfig& cfg, const ModelWeights& w, const DeviceBytesShape& s) {
   DeviceBytesEstimate e;
-  e.weights = device_weight_bytes(cfg, w);
+  e.weights = device_weight_bytes(cfg, w, s.wo_a_fp8);
   const kv::KvLayout kv = kv::make_kv_layout(cfg, kv::KvDtype::kFp8);
   e.kv = kv.block_bytes * s.n_kv_blocks + kv.slot_bytes() * s.max_seqs + kv.entry_bytes * s.max_tokens_per_step;
   e.activations = int64_t(kBaseBytes + kPerTokenBytes * s.max_tokens_per_step);
+  // fp8 wo_a: its bf16 copy for steps past the decode kernels' 32 rows (GpuModel's workspace).
+  if (s.wo_a_fp8 && s.max_tokens_per_step > 32 && !w.layers.empty())
+    e.activations += w.layers[0].attn.wo_a.n * w.layers[0].attn.wo_a.k * 2;
   return e;
 }
 

@@ -33,6 +33,7 @@ struct DeviceBytesShape {
   int max_tokens_per_step = 1;
   int64_t max_positions = 0;
   int64_t n_kv_blocks = 0;
+  bool wo_a_fp8 = false;  // wo_a in the fp8 form (as every layer of an FP8-derived or synthetic model)
 };
 
 // The buffers `dsv4 bench` asks of GpuModel for a ladder (tools/cmd_bench.cpp): every sequence of
@@ -49,7 +50,8 @@ int64_t device_reserve_bytes(int64_t total_bytes);
 // The bytes on the device of the global tensors of `w` (ModelWeights::load or ::synthetic) and of
 // its first cfg.n_layers layers. Counting a prefix lets one synthetic model of many layers stand
 // for every shorter one: make_model_config's layer pattern depends only on the layer's index.
-int64_t device_weight_bytes(const ModelConfig& cfg, const ModelWeights& w);
+// wo_a_fp8: every wo_a in the fp8 form (1 byte a weight + 1 per 128 columns).
+int64_t device_weight_bytes(const ModelConfig& cfg, const ModelWeights& w, bool wo_a_fp8 = false);
 
 // Weights as above, KV state for cfg's layers, activations for the shape.
 DeviceBytesEstimate estimate_device_bytes(const ModelConfig& cfg, const ModelWeights& w, const DeviceBytesShape& s);

@@ -119,6 +119,22 @@ class Builder {
     w_.add(prefix + ".scale", DType::kF8E8M0, {(n + 127) / 128, (k + 127) / 128}, std::move(s));
   }
 
+  // A linear [n, k] as BF16 `.weight` whose values are FP8 block values: the draws of fp8() above,
+  // each e4m3 code times its block's 2^(scale - 127), exact in BF16 (Intel's export of wo_a).
+  void fp8_as_bf16(const std::string& prefix, int64_t n, int64_t k) {
+    std::vector<uint8_t> codes(size_t(n * k));
+    fill_bytes(prefix + ".weight", codes, [](uint8_t b) { return (b & 0x7f) == 0x7f ? uint8_t(b & 0xf0) : b; });
+    const int e = 127 - 5 - int(std::lround(std::log2(std::sqrt(double(k)))));
+    const int64_t kb = (k + 127) / 128;
+    std::vector<uint8_t> s(size_t(((n + 127) / 128) * kb));
+    fill_bytes(prefix + ".scale", s, [e](uint8_t b) { return uint8_t(e - int(b % 3)); });
+    std::vector<float> v(codes.size());
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c)
+        v[size_t(r * k + c)] = std::ldexp(e4m3_to_f32(codes[size_t(r * k + c)]), int(s[size_t((r / 128) * kb + c / 128)]) - 127);
+    w_.add_bf16(prefix + ".weight", {n, k}, v);
+  }
+
   // A linear [n, k] as MXFP4: I8 `.weight` [n, k/2] (two E2M1 codes a byte) + E8M0 `.scale` [n, k/32].
   void mxfp4(const std::string& prefix, int64_t n, int64_t k) {
     std::vector<uint8_t> w(size_t(n * k / 2));
@@ -147,6 +163,7 @@ class Builder {
   void linear(const std::string& prefix, int64_t n, int64_t k, Kind kind) {
     const bool quantized = kind == Kind::kQuantized || kind == Kind::kRoutedExpert;
     if (o_.format == "w4a16" && quantized) int4(prefix, n, k);
+    else if (o_.format == "w4a16" && kind == Kind::kWoA && o_.wo_a_from_fp8) fp8_as_bf16(prefix, n, k);
     else if (o_.format == "fp8" && kind == Kind::kRoutedExpert) mxfp4(prefix, n, k);
     else if (o_.format == "fp8" && (quantized || kind == Kind::kWoA)) fp8(prefix, n, k);
     else dense(prefix, n, k);

@@ -24,6 +24,10 @@ struct MakeModelOptions {
   std::string tokenizer;         // optional tokenizer.json to copy; sets vocab to 129280
   std::vector<std::string> layer_types;  // optional override per layer: "swa", "csa", "hca"
   bool mtp = false;              // also write an MTP block (mtp.0.*)
+  // w4a16: wo_a's BF16 values drawn as FP8 block values (e4m3 codes times a ue8m0 scale per
+  // 128 x 128), as Intel's export of the real model holds them (dequantized from the source's
+  // FP8), instead of plain random BF16. The GPU loader can then keep wo_a in the fp8 form.
+  bool wo_a_from_fp8 = false;
   std::string out_dir;
 };
 

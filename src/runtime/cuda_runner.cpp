@@ -66,6 +66,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::load(const EngineConfig& cfg) {
                             cfg.kv_dtype);
   }
   if (cfg.model_dir.empty()) return invalid_argument("--model DIR is required for --device cuda");
+  if (cfg.wo_a != "bf16" && cfg.wo_a != "fp8") return invalid_argument("--wo-a must be bf16 or fp8, found '{}'", cfg.wo_a);
   int n_devices = 0;
   if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) {
     cudaGetLastError();
@@ -84,6 +85,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::load(const EngineConfig& cfg) {
   o.max_tokens_per_step = cfg.max_num_batched_tokens;
   o.n_kv_blocks = cfg.num_kv_blocks;
   o.max_positions = cfg.max_model_len > 0 ? cfg.max_model_len : r->cfg_->max_position_embeddings;
+  o.wo_a_fp8 = cfg.wo_a == "fp8";
   for (int b = 1; b <= cfg.max_num_seqs; b *= 2) o.graph_batch_sizes.push_back(b);
   if (o.graph_batch_sizes.back() != cfg.max_num_seqs) o.graph_batch_sizes.push_back(cfg.max_num_seqs);
   DSV4_ASSIGN_OR_RETURN(r->model_, gpu::GpuModel::load(*r->cfg_, *r->weights_, o));

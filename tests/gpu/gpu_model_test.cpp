@@ -18,7 +18,7 @@
 //     order does too: nearly, not bit-exact; measured up to 1.1e-2 after 8 decode steps, the same
 //     size as GPU vs CPU, with top-1 always agreeing).
 //   Same step shape (graph replay vs eager, twin sequences, two models with and without the
-//     compressor branch): bit-exact.
+//     compressor branch, wo_a in bf16 and in the fp8 form): bit-exact.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -566,6 +566,67 @@ TEST(GpuModel, CompressorBranchEqualsOneStream) {
   expect_same_steps(*s.gpu, **loaded);
   EXPECT_EQ(s.gpu->allocations_after_load(), 0);
   EXPECT_EQ((*loaded)->allocations_after_load(), 0);
+}
+
+// (4c) wo_a in the fp8 form (GpuModelOptions::wo_a_fp8) holds the same values in half the bytes.
+// On a one-layer (CSA) model of the same shapes whose wo_a holds FP8-derived BF16 values, as the
+// real W4A16 export does (make-model --wo-a-from-fp8): against the bf16 weight on the same
+// kernels (dense_decode "woa,proj": the dense decode kernels for decode batches; prefill chunks
+// on cuBLAS, the fp8 model through its bf16 copy), the same bits for prefill, decode of 6 (graph
+// of 8: the mma kernel) and of 1 (the streaming kernel). The shared model's plain random wo_a is
+// refused by name and stays bf16.
+TEST(GpuModel, Fp8WoAEqualsBf16WoA) {
+  DSV4_SKIP_WITHOUT_GPU();
+  DSV4_GET_SHARED(s);
+  GpuModelOptions o = test_options();
+  o.graph_batch_sizes = {1, 8};
+  o.wo_a_fp8 = true;
+  {
+    Result<std::unique_ptr<GpuModel>> refused = GpuModel::load(s.cfg, *s.w, o);
+    DSV4_ASSERT_OK(refused.status());
+    EXPECT_EQ((*refused)->fp8_linears(), 0);
+    const std::vector<std::string> lines = (*refused)->manifest();
+    EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+      return l.find("'layers.0.attn.wo_a' stays bf16") != std::string::npos;
+    })) << "the first refused weight is named";
+  }
+  const std::string dir = s.dir + "_fp8";
+  struct RemoveDir {
+    std::string path;
+    ~RemoveDir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);  // the mapped files stay readable until unmapped
+    }
+  } const remove_dir{dir};
+  MakeModelOptions mo;
+  mo.preset = "flash-shaped";
+  mo.layers = 1;
+  mo.layer_types = {"csa"};
+  mo.vocab = kVocab;
+  mo.seed = 8;
+  mo.wo_a_from_fp8 = true;
+  mo.out_dir = dir;
+  DSV4_ASSERT_OK(make_model(mo, nullptr));
+  Result<ModelConfig> cfg = ModelConfig::load(dir);
+  DSV4_ASSERT_OK(cfg.status());
+  Result<std::unique_ptr<ModelWeights>> w = ModelWeights::load(dir, *cfg);
+  DSV4_ASSERT_OK(w.status());
+  o.dense_decode = "woa,proj";
+  o.wo_a_fp8 = false;
+  Result<std::unique_ptr<GpuModel>> bf16 = GpuModel::load(*cfg, **w, o);
+  DSV4_ASSERT_OK(bf16.status());
+  o.wo_a_fp8 = true;
+  Result<std::unique_ptr<GpuModel>> fp8 = GpuModel::load(*cfg, **w, o);
+  DSV4_ASSERT_OK(fp8.status());
+  EXPECT_EQ((*bf16)->fp8_linears(), 0);
+  EXPECT_EQ((*fp8)->fp8_linears(), 1) << "an FP8-derived wo_a";
+  const int64_t wo_a_bytes = int64_t(cfg->o_groups) * cfg->o_lora_rank * cfg->group_in_dim();
+  // Weights: wo_a_bytes - wo_a_bytes / 128 less a layer; buffers: one bf16 wo_a more (2368-row steps).
+  EXPECT_EQ(int64_t((*bf16)->device_bytes()) - int64_t((*fp8)->device_bytes()),
+            (wo_a_bytes - wo_a_bytes / 128) - 2 * wo_a_bytes);
+  for (const std::string& line : (*fp8)->manifest()) std::printf("  %s\n", line.c_str());
+  expect_same_steps(**bf16, **fp8);
+  EXPECT_EQ((*fp8)->allocations_after_load(), 0);
 }
 
 // (5) invalid steps return a Status and change nothing: the sequence that was part of them then

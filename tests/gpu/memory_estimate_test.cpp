@@ -77,5 +77,32 @@ TEST(MemoryEstimate, LayersThatFitFollowTheBudget) {
   EXPECT_LE(n, 42);
 }
 
+// wo_a in the fp8 form: each layer's 8 x 1024 x 4096 weight takes 1 + 1/128 bytes a weight instead
+// of 2, and steps of more than 32 rows add one bf16 copy of it (GpuModel's workspace).
+TEST(MemoryEstimate, Fp8WoAHalvesItsBytes) {
+  const ModelConfig c20 = flash_config(20);
+  const auto w = ModelWeights::synthetic(c20, 4);
+  const int64_t n = int64_t(8) * 1024 * 4096;
+  EXPECT_EQ(device_weight_bytes(c20, *w) - device_weight_bytes(c20, *w, true), 20 * (2 * n - n - n / 128));
+  DeviceBytesShape shape = bench_shape(1, 1, 4096, 4096, 20);
+  const DeviceBytesEstimate bf16 = estimate_device_bytes(c20, *w, shape);
+  shape.wo_a_fp8 = true;
+  const DeviceBytesEstimate fp8 = estimate_device_bytes(c20, *w, shape);
+  EXPECT_EQ(fp8.activations - bf16.activations, 2 * n);
+  EXPECT_EQ(fp8.kv, bf16.kv);
+  shape.max_tokens_per_step = 32;  // decode-only steps: the decode kernels read the fp8 form
+  shape.wo_a_fp8 = false;
+  const int64_t act32 = estimate_device_bytes(c20, *w, shape).activations;
+  shape.wo_a_fp8 = true;
+  EXPECT_EQ(estimate_device_bytes(c20, *w, shape).activations, act32);
+  // More layers fit: at batch 32 and 4K on 142 GB, at least as many as with bf16.
+  const ModelConfig c43 = flash_config(43);
+  const auto w43 = ModelWeights::synthetic(c43, 1);
+  DeviceBytesShape s32 = bench_shape(32, 2, 4096, 4096, 20);
+  const int n_bf16 = layers_that_fit(c43, *w43, s32, int64_t(142e9));
+  s32.wo_a_fp8 = true;
+  EXPECT_GE(layers_that_fit(c43, *w43, s32, int64_t(142e9)), n_bf16);
+}
+
 }  // namespace
 }  // namespace dsv4::gpu

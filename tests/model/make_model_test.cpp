@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 
+#include "model/fp8_groups.h"
 #include "model/inventory.h"
 #include "model/weights.h"
 
@@ -118,6 +120,51 @@ TEST(MakeModel, Bf16FormatLoadsWithDenseLinears) {
   EXPECT_EQ(inv.by_format.size(), 1u);
   EXPECT_EQ(inv.by_format.count("dense"), 1u);
   fs::remove_all(o.out_dir);
+}
+
+// --wo-a-from-fp8: every wo_a's BF16 values are FP8 block values (so model/fp8_groups.h encodes
+// them exactly), everything else is what the plain W4A16 export of the same seed writes; plain
+// random BF16 wo_a values are refused by the encoder.
+TEST(MakeModel, WoAFromFp8HoldsFp8BlockValues) {
+  MakeModelOptions o;
+  o.layers = 2;
+  o.seed = 5;
+  o.out_dir = tmp("plain");
+  MakeModelOptions f = o;
+  f.wo_a_from_fp8 = true;
+  f.out_dir = tmp("wo_a_fp8");
+  ASSERT_TRUE(make_model(o, nullptr).is_ok());
+  ASSERT_TRUE(make_model(f, nullptr).is_ok());
+  auto cfg = ModelConfig::load(f.out_dir);
+  ASSERT_TRUE(cfg.is_ok());
+  auto wp = ModelWeights::load(o.out_dir, *cfg);
+  auto wf = ModelWeights::load(f.out_dir, *cfg);
+  ASSERT_TRUE(wp.is_ok() && wf.is_ok());
+  for (int l = 0; l < 2; ++l) {
+    const LinearWeight& a = (*wf)->layers[size_t(l)].attn.wo_a;
+    const LinearWeight& p = (*wp)->layers[size_t(l)].attn.wo_a;
+    EXPECT_EQ(a.format, WeightFormat::kDense);
+    EXPECT_EQ(a.weight->dtype, DType::kBF16);
+    std::vector<float> v(size_t(a.n * a.k));
+    std::vector<uint8_t> codes(v.size());
+    std::vector<int8_t> exps(v.size() / kFp8GroupSize);
+    a.dequant_rows(0, a.n, v.data());
+    Fp8GroupsMiss miss;
+    EXPECT_TRUE(encode_fp8_groups(v.data(), a.n, a.k, codes.data(), exps.data(), &miss)) << miss.why;
+    int64_t nonzero = 0;
+    for (const float x : v) nonzero += x != 0.0f;
+    EXPECT_GT(nonzero, int64_t(v.size()) / 2);
+    p.dequant_rows(0, p.n, v.data());
+    EXPECT_FALSE(encode_fp8_groups(v.data(), p.n, p.k, codes.data(), exps.data(), &miss));
+    // The rest of the layer is the plain export's, byte for byte (wq_b's INT4 codes, for one).
+    const TensorInfo* qa = (*wf)->layers[size_t(l)].attn.wq_b.qweight;
+    const TensorInfo* qp = (*wp)->layers[size_t(l)].attn.wq_b.qweight;
+    ASSERT_TRUE(qa != nullptr && qp != nullptr);
+    ASSERT_EQ(qa->n_bytes, qp->n_bytes);
+    EXPECT_EQ(std::memcmp(qa->data, qp->data, qa->n_bytes), 0);
+  }
+  fs::remove_all(o.out_dir);
+  fs::remove_all(f.out_dir);
 }
 
 // A synthetic model (GPU benchmarks) has exactly the shapes and formats a loaded W4A16 checkpoint

@@ -55,7 +55,20 @@ DSV4_HD inline float random_uniform_pm2(uint64_t seed, int64_t idx) {
   return float(u) * (1.0f / 16777216.0f) * 4.0f - 2.0f;
 }
 
+// A weight in the fp8 form of model/fp8_groups.h: code i (flat index into [rows][k]) is a random
+// e4m3fn byte other than the NaN codes; exponent j of [rows][k / 128] is in [exp_lo, exp_hi].
+DSV4_HD inline uint8_t fp8_code(uint64_t seed, int64_t idx) {
+  const uint8_t c = uint8_t(hash2(seed ^ 0xF8C0DE5ull, uint64_t(idx)) >> 56);
+  return (c & 0x7f) == 0x7f ? uint8_t(c & 0xfe) : c;  // 0x7f / 0xff (NaN) -> +-448
+}
+DSV4_HD inline int8_t fp8_group_exp(uint64_t seed, int64_t idx, int exp_lo, int exp_hi) {
+  return int8_t(exp_lo + int((hash2(seed ^ 0xE8E8E8ull, uint64_t(idx)) >> 33) % uint64_t(exp_hi - exp_lo + 1)));
+}
+
 // Device fills (stream-ordered, no synchronization).
+// codes u8 [rows][k], exps i8 [rows][k / 128] (k a multiple of 128; -128 <= exp_lo <= exp_hi <= 7).
+Status fill_random_fp8_groups(uint8_t* codes, int8_t* exps, int64_t rows, int k, uint64_t seed, int exp_lo,
+                              int exp_hi, cudaStream_t stream);
 Status fill_random_gptq(int32_t* qweight, __half* scales, int n, int k, uint64_t seed, ScaleSpec spec,
                         cudaStream_t stream);
 Status fill_random_bf16(__nv_bfloat16* out, int64_t count, uint64_t seed, float scale, cudaStream_t stream);
