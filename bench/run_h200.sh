@@ -3,7 +3,7 @@
 # profile of the main kernels, the decode lab sweeps and the W4A16 benchmark with its PyTorch
 # peer; logs and results go to $OUT. The binaries are built on the development machine
 # (cmake --build build-h200, sm_90) and carried in .carry/bin, with libfmt/libgomp in .carry/lib.
-# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, serve, longcmp, peer, prof, lab, plab, pattern, l2ab, maxlayers, quick, full, torch)
+# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, serve, longcmp, peer, prof, lab, plab, pattern, l2ab, maxlayers, fp8woa, quick, full, torch)
 #   lab: forced decode launches (dense wq_b/wo_b at M = 1, 16, 32; wq_a, w2, w13 at M = 1, 16; the
 #        MoE GEMMs at M = 1), every configuration x split-K x ring depth x L2 window.
 #   pattern: the MoE layer at M = 1 beside its GEMMs' reads alone (w4a16_bench --moe-pattern).
@@ -12,6 +12,9 @@
 #        cuBLAS (normal, first) and on the weight stream (first, --dense-decode woa,proj).
 #   maxlayers: the ladder on the largest synthetic model that fits (--layers max): B = 1, 32 at 4K,
 #        and B = 1 at 262K (chunks of 8192).
+#   fp8woa: wo_a in the lossless fp8 form (--wo-a fp8): its kernel tests (bit equality with the bf16
+#        kernels, the GPU model's fp8-vs-bf16 steps), the dense kernels vs cuBLAS on wo_a (fp8 rows
+#        beside bf16), and the 20-layer ladder (B = 1, 32 at 4K) with --wo-a bf16 and fp8, two rounds.
 #   quick/full: the benchmark (quick: M = 1, 16, 4096); torch: its PyTorch int4 peer and the table.
 set -uo pipefail
 COMMIT=${1:-unknown}
@@ -175,6 +178,26 @@ if has maxlayers; then
   timeout 300 $BIN/dsv4 bench --synthetic flash --layers max --batch 1 --context 262144 --chunk 8192 --commit "$COMMIT" \
     --command "$CMD" --out "$OUT/forward_max_262k.json" >> "$OUT/maxlayers.log" 2>&1
   echo "maxlayers 262K rc=$?"; grep -E "^bench:|decode B=|prefill" "$OUT/maxlayers.log" | cut -c1-200
+fi
+if has fp8woa; then
+  CMD="bash bench/run_h200.sh $COMMIT $STEPS"
+  {
+    $BIN/cuda_dense_test --gtest_filter='*Fp8*:*RejectsUnsupported*:*VsCublas*' --gtest_brief=1
+    echo "cuda_dense_test rc=$?"
+    timeout 400 $BIN/gpu_model_test --gtest_filter='*Fp8WoA*' --gtest_brief=1
+    echo "gpu_model_test rc=$?"
+  } > "$OUT/fp8woa_tests.log" 2>&1
+  grep -E "rc=|FAILED|\[ vs .*wo_a" "$OUT/fp8woa_tests.log" | cut -c1-160
+  : > "$OUT/fp8woa.log"
+  for r in 1 2; do
+    for f in bf16 fp8; do
+      echo "=== round $r, --wo-a $f" >> "$OUT/fp8woa.log"
+      timeout 300 $BIN/dsv4 bench --synthetic flash --layers 20 --batch 1,32 --context 4096 --wo-a $f \
+        --commit "$COMMIT" --command "$CMD" --out "$OUT/fp8woa_fwd_${f}_$r.json" 2>&1 |
+        grep -E "^bench: synthetic|device bytes|decode B=" >> "$OUT/fp8woa.log"
+    done
+  done
+  cut -c1-200 "$OUT/fp8woa.log"
 fi
 if has quick || has full; then
   Q=""; has quick && Q="--quick"

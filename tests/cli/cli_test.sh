@@ -101,5 +101,10 @@ grep -q "^INVALID" "$work/inspect2.log"
 if "$bin" bench --help > /dev/null 2>&1; then
   if "$bin" bench --synthetic flash --layers 2x 2> "$work/err"; then exit 1; fi
   grep -q "takes a count in 1..1000 or 'max', found '2x'" "$work/err"
+  if "$bin" bench --synthetic flash --wo-a fp4 2> "$work/err"; then exit 1; fi
+  grep -q "fp4 not in {bf16,fp8}" "$work/err"
 fi
+# make-model --wo-a-from-fp8 writes wo_a as BF16 (the W4A16 export's dtype) that inspect accepts.
+"$bin" make-model --preset tiny --layers 1 --wo-a-from-fp8 --seed 3 --out "$work/woa8" > /dev/null
+"$bin" inspect --model "$work/woa8" | grep -q "^VALID"
 echo "cli_test: ok"
