@@ -48,6 +48,12 @@ cuda::DenseDecodeShape f32_out_shape(int m, int n, int k, int64_t ldx, int64_t l
   return {.m = m, .n = n, .k = k, .groups = 1, .ldx = ldx, .ldy = ldy};
 }
 
+// The grouped wo_a: o [m, groups * k] and u [m, groups * n], group g at columns g k and g n.
+cuda::DenseDecodeShape grouped_shape(int m, int groups, int n, int k) {
+  return {.m = m, .n = n, .k = k, .groups = groups, .ldx = int64_t(groups) * k, .x_group_stride = k,
+          .ldy = int64_t(groups) * n, .y_group_stride = n};
+}
+
 // The nodes the next captured operation of `s` will depend on (the capture's leaves); false when
 // `s` is not capturing. Only a query: it never changes or invalidates the capture.
 bool capture_leaves(cudaStream_t s, std::vector<cudaGraphNode_t>* out) {
@@ -155,15 +161,7 @@ Status Blas::grouped_bf16_out(const __nv_bfloat16* o, int m, int groups, const _
     return invalid_argument("grouped_bf16_out: bad shape m {} groups {} n {} k {}", m, groups, n, k);
   if (o == nullptr || w == nullptr || u == nullptr || !aligned16(o) || !aligned16(w) || !aligned16(u))
     return invalid_argument("grouped_bf16_out: null or unaligned operand");
-  cuda::DenseDecodeShape ds;
-  ds.m = m;
-  ds.n = n;
-  ds.k = k;
-  ds.groups = groups;
-  ds.ldx = int64_t(groups) * k;
-  ds.x_group_stride = k;
-  ds.ldy = int64_t(groups) * n;
-  ds.y_group_stride = n;
+  const cuda::DenseDecodeShape ds = grouped_shape(m, groups, n, k);
   if (use_decode_kernel(dense_woa_, /*streaming_only=*/false, ds, o, w, u))
     return cuda::dense_decode_gemm(o, w, u, cuda::DenseOut::kBf16, ds, stream_);
   const float one = 1.0f, zero = 0.0f;
@@ -186,18 +184,8 @@ Status Blas::grouped_fp8_bf16_out(const __nv_bfloat16* o, int m, int groups, cud
   static_assert(kDecodeMaxRows == cuda::kDenseDecodeMaxRows);
   if (m < 1 || n < 1 || k < 1 || groups < 1 || int64_t(groups) * k > INT32_MAX)
     return invalid_argument("grouped_fp8_bf16_out: bad shape m {} groups {} n {} k {}", m, groups, n, k);
-  if (m <= kDecodeMaxRows) {
-    cuda::DenseDecodeShape ds;
-    ds.m = m;
-    ds.n = n;
-    ds.k = k;
-    ds.groups = groups;
-    ds.ldx = int64_t(groups) * k;
-    ds.x_group_stride = k;
-    ds.ldy = int64_t(groups) * n;
-    ds.y_group_stride = n;
-    return cuda::dense_decode_gemm_fp8(o, w, u, cuda::DenseOut::kBf16, ds, stream_);
-  }
+  if (m <= kDecodeMaxRows)
+    return cuda::dense_decode_gemm_fp8(o, w, u, cuda::DenseOut::kBf16, grouped_shape(m, groups, n, k), stream_);
   if (scratch == nullptr)
     return invalid_argument("grouped_fp8_bf16_out: {} rows need the bf16 scratch for the fp8 weight (none given)", m);
   DSV4_RETURN_IF_ERROR(cuda::fp8_groups_to_bf16(w, int64_t(groups) * n, k, scratch, stream_));

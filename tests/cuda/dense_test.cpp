@@ -248,16 +248,18 @@ TEST(DenseDecode, EvictFirstWeightsGiveTheSameBits) {
   }
 }
 
+// A named problem shape (make_problem's arguments).
+struct Case {
+  const char* name;
+  int n, k, groups;
+  int64_t ldx, xgs, ldy, ygs;
+};
+
 // The fp8 form against the bf16 weights it stands for: the same bits from both kernels (1..4 rows
 // stream, the others and rows_per_block 8 / 16 the mma kernel), on wo_a and on edge shapes with
 // k % 128 == 0 (partial pieces and chunks, padded strides, blocks spanning groups).
 TEST(DenseDecode, Fp8WeightsGiveTheBf16Bits) {
   DSV4_SKIP_WITHOUT_GPU();
-  struct Case {
-    const char* name;
-    int n, k, groups;
-    int64_t ldx, xgs, ldy, ygs;
-  };
   const Case cases[] = {
       {"wo_a", 1024, 4096, 8, 8 * 4096, 4096, 8 * 1024, 1024},
       {"n1000", 1000, 4096, 1, 4104, 0, 1003, 0},
@@ -310,11 +312,6 @@ TEST(DenseDecode, Fp8ToBf16GivesTheExactValues) {
 
 TEST(DenseDecode, EdgeShapes) {
   DSV4_SKIP_WITHOUT_GPU();
-  struct Case {
-    const char* name;
-    int n, k, groups;
-    int64_t ldx, xgs, ldy, ygs;
-  };
   const Case cases[] = {
       {"n1000", 1000, 4096, 1, 4104, 0, 1003, 0},         // N % 16 != 0, padded rows
       {"n5_k96", 5, 96, 1, 96, 0, 5, 0},                   // one partial chunk, most warps idle
