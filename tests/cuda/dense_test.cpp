@@ -132,11 +132,11 @@ std::vector<uint8_t> run(const Problem& p, int m, DenseOut out, int rows_per_blo
   return bytes;
 }
 
-void check(const char* name, const Problem& p, int m, DenseOut out, int rows_per_block) {
+void check(const char* name, const Problem& p, int m, DenseOut out, int rows_per_block, bool fp8 = false) {
   const DenseDecodeShape& s = p.shape;
   const size_t esz = out == DenseOut::kBf16 ? 2 : 4;
   DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(s.ldy) * esz);
-  const std::vector<uint8_t> bits = run(p, m, out, rows_per_block, d_y);
+  const std::vector<uint8_t> bits = run(p, m, out, rows_per_block, d_y, fp8);
   auto value = [&](size_t idx) {
     if (esz == 2) {
       uint16_t h;
@@ -171,7 +171,7 @@ void check(const char* name, const Problem& p, int m, DenseOut out, int rows_per
   }
   EXPECT_EQ(touched, 0) << name << " M=" << m << ": bytes written outside the output";
   // Bit-identical on a second launch.
-  const std::vector<uint8_t> again = run(p, m, out, rows_per_block, d_y);
+  const std::vector<uint8_t> again = run(p, m, out, rows_per_block, d_y, fp8);
   EXPECT_TRUE(again == bits) << name << " M=" << m << ": second launch differs";
   std::printf("[ dense ] %-10s M=%-2d rpb=%-2d max|d|/tol=%.3f nmse=%.2e\n", name, m, rows_per_block, cr.max_ratio,
               cr.nmse);
@@ -257,7 +257,8 @@ struct Case {
 
 // The fp8 form against the bf16 weights it stands for: the same bits from both kernels (1..4 rows
 // stream, the others and rows_per_block 8 / 16 the mma kernel), on wo_a and on edge shapes with
-// k % 128 == 0 (partial pieces and chunks, padded strides, blocks spanning groups).
+// k % 128 == 0 (partial pieces and chunks, padded strides, blocks spanning groups). Blocks of 32
+// rows (fp8 only) sum in another order: against the reference, with the contract's tolerance.
 TEST(DenseDecode, Fp8WeightsGiveTheBf16Bits) {
   DSV4_SKIP_WITHOUT_GPU();
   const Case cases[] = {
@@ -276,6 +277,7 @@ TEST(DenseDecode, Fp8WeightsGiveTheBf16Bits) {
         const std::vector<uint8_t> bf16 = run(p, m, DenseOut::kBf16, rpb, d_y);
         EXPECT_TRUE(run(p, m, DenseOut::kBf16, rpb, d_y, /*fp8=*/true) == bf16) << c.name << " M=" << m << " rpb=" << rpb;
       }
+    for (int m : {1, 9, 17, 32}) check(c.name, p, m, DenseOut::kBf16, 32, /*fp8=*/true);
     check(c.name, p, 1, DenseOut::kBf16, 0);  // the values themselves, against the reference
     check(c.name, p, 32, DenseOut::kBf16, 0);
   }
@@ -453,12 +455,12 @@ TEST(DenseDecode, VsCublas) {
         report(rpb == 0 ? "dense" : rpb == 8 ? "dense rpb8" : "dense rpb16", t);
       }
       if (ts.bf16_out) {  // wo_a in the fp8 form: half the bytes (GB/s below: of the bf16 bytes)
-        for (int rpb : {0, 16}) {
+        for (int rpb : {0, 16, 32}) {
           const auto t = time_calls(stream, [&](int i) {
             const Status st = dense_decode_gemm_fp8(x, fp8_weights(i), d_y.get(), out, s, stream, rpb);
             EXPECT_TRUE(st.is_ok()) << st.to_string();
           });
-          report(rpb == 0 ? "fp8" : "fp8 rpb16", t);
+          report(rpb == 0 ? "fp8" : rpb == 16 ? "fp8 rpb16" : "fp8 rpb32", t);
         }
       }
       const float one = 1.0f, zero = 0.0f;
@@ -516,6 +518,9 @@ TEST(DenseDecode, RejectsUnsupported) {
   st = dense_decode_gemm_fp8(x, w8, buf, DenseOut::kF32, s, nullptr);
   EXPECT_FALSE(st.is_ok());
   EXPECT_NE(st.to_string().find("bf16 output only"), std::string::npos) << st.to_string();
+  st = dense_decode_gemm(x, reinterpret_cast<const __nv_bfloat16*>(buf), buf, DenseOut::kBf16, s, nullptr, 32);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.to_string().find("32 with fp8 weights"), std::string::npos) << st.to_string();
   st = fp8_groups_to_bf16(w8, 2, 100, reinterpret_cast<__nv_bfloat16*>(buf), nullptr);
   EXPECT_FALSE(st.is_ok());
   EXPECT_NE(st.to_string().find("multiple of 128"), std::string::npos) << st.to_string();

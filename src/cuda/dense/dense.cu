@@ -19,7 +19,11 @@
 // the exponents of the chunk's 128-k groups ride along in the buffer; each code becomes the exact
 // weight (fp8_weight.cuh) packed into the bf16 pair the bf16 kernel would have loaded. Chunks
 // keep the bf16 kernel's steps (so half its bytes in flight per warp), so every warp runs the
-// same mmas in the same order: the same bits.
+// same mmas in the same order: the same bits. Fp8 blocks may also take four n8 tiles (32 W rows,
+// rows_per_block 32; chunks of 2 steps): each x row a block reads then serves twice the weight
+// rows, which matters at 32 x rows (the grouped wo_a's x slice is 256 KB a block, read from L2
+// per block: 128 MB a call at two tiles against 34 MB of fp8 weights). Other chunks, so the sums
+// run in another order than the bf16 kernel's: not its bits.
 #include "cuda/dense/dense.h"
 #include "cuda/dense/dense_internal.h"
 
@@ -91,7 +95,8 @@ template <int XR, int NT, bool kBf16Out, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 2) dense_decode_kernel(const Params p) {
   constexpr int MT = (XR + 1) / 2;  // m16 tiles
   constexpr int U = kLoadsPerChunk / NT;  // 32-wide k steps per chunk
-  constexpr int UG = kFp8 ? U / 4 : 1;     // fp8: 128-k groups per chunk (chunks start on a group)
+  // fp8: 128-k groups a chunk touches (U = 2: half of one; chunks never straddle a group).
+  constexpr int UG = kFp8 ? (U + 3) / 4 : 1;
   constexpr int kRows = 8 * NT;
   using WLoad = std::conditional_t<kFp8, uint2, uint4>;
 
@@ -152,7 +157,10 @@ __global__ void __launch_bounds__(kThreads, 2) dense_decode_kernel(const Params 
 #pragma unroll
       for (int ug = 0; ug < UG; ++ug)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) buf.e[ug][nt] = c * UG + ug < kg ? int(__ldg(erow[nt] + c * UG + ug)) : 0;
+        for (int nt = 0; nt < NT; ++nt) {
+          const int grp = c * U / 4 + ug;
+          buf.e[ug][nt] = grp < kg ? int(__ldg(erow[nt] + grp)) : 0;
+        }
     }
   };
   auto mma_chunk = [&](int c, const Buf& buf) {
@@ -167,7 +175,8 @@ __global__ void __launch_bounds__(kThreads, 2) dense_decode_kernel(const Params 
         uint4 wb[NT];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          if constexpr (kFp8) wb[nt] = fp8x8_to_bf16x8(buf.w[u][nt], dense_detail::fp8_group_factor(buf.e[u / 4][nt]));
+          if constexpr (kFp8)
+            wb[nt] = fp8x8_to_bf16x8(buf.w[u][nt], dense_detail::fp8_group_factor(buf.e[(c * U + u) / 4 - c * U / 4][nt]));
           else wb[nt] = buf.w[u][nt];
         }
 #pragma unroll
@@ -249,6 +258,12 @@ Status launch_xr_nt(const Params& p, DenseOut out, int groups, cudaStream_t stre
 
 template <int XR>
 Status launch_xr(const Params& p, DenseOut out, int groups, int nt, cudaStream_t stream) {
+  if (nt == 4) {  // fp8 only (decode_gemm checks)
+    const dim3 grid(unsigned((p.n + 31) / 32), unsigned(groups));
+    DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+    return launch_kernel(dense_decode_kernel<XR, 4, true, true>, grid, dim3(kThreads), 0, stream, pdl, p,
+                         "dense_decode_kernel<fp8, bf16, 32 rows>");
+  }
   return nt == 1 ? launch_xr_nt<XR, 1>(p, out, groups, stream) : launch_xr_nt<XR, 2>(p, out, groups, stream);
 }
 
@@ -257,8 +272,8 @@ bool aligned(const void* ptr, uintptr_t bytes) { return (reinterpret_cast<uintpt
 // Both formats: exactly one of w and w8.codes is set (validated by the callers).
 Status decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView w8, void* y, DenseOut out,
                    const DenseDecodeShape& s, cudaStream_t stream, int rows_per_block) {
-  if (rows_per_block != 0 && rows_per_block != 8 && rows_per_block != 16)
-    return invalid_argument("dense_decode_gemm: rows_per_block {} (0, 8 or 16)", rows_per_block);
+  if (rows_per_block != 0 && rows_per_block != 8 && rows_per_block != 16 && !(rows_per_block == 32 && w == nullptr))
+    return invalid_argument("dense_decode_gemm: rows_per_block {} (0, 8 or 16; 32 with fp8 weights)", rows_per_block);
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
   // 1..4 rows: the weight-streaming kernel (dense_stream.cu); rows_per_block forces this one.
   if (rows_per_block == 0 && dense_stream_supported(s, *dev, w == nullptr))
