@@ -31,6 +31,7 @@
 #include "base/numeric.h"
 #include "cuda/common/arch.h"
 #include "cuda/dense/dense.h"
+#include "cuda/testing/random_gptq.h"
 #include "harness.h"
 
 namespace dsv4::cuda::test {
@@ -310,6 +311,39 @@ TEST(DenseDecode, Fp8ToBf16GivesTheExactValues) {
     EXPECT_EQ(bad, 0) << "k=" << k;
     for (size_t i = size_t(rows) * size_t(k); i < got.size(); ++i) EXPECT_EQ(got[i], 0xFFFF) << "past the weight";
   }
+}
+
+// The synthetic benchmark's fp8-form weights (testing::fill_random_fp8_groups): every code and
+// exponent as the host regenerates it, no NaN code, exponents in range; their bf16 copy exact.
+TEST(DenseDecode, SyntheticFp8WeightsAreValid) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t rows = 300;
+  const int k = 4096, kg = k / 128;
+  DeviceBuffer d_c = device_alloc(size_t(rows) * k), d_e = device_alloc(size_t(rows) * kg);
+  DeviceBuffer d_out = device_alloc(size_t(rows) * k * 2);
+  DSV4_ASSERT_OK(testing::fill_random_fp8_groups(d_c.as<uint8_t>(), d_e.as<int8_t>(), rows, k, 77, -15, -14, nullptr));
+  DSV4_ASSERT_OK(fp8_groups_to_bf16({d_c.as<uint8_t>(), d_e.as<int8_t>()}, rows, k, d_out.as<__nv_bfloat16>(), nullptr));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> codes(static_cast<size_t>(rows * k));
+  std::vector<int8_t> exps(static_cast<size_t>(rows * kg));
+  ASSERT_EQ(cudaMemcpy(codes.data(), d_c.get(), codes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(exps.data(), d_e.get(), exps.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  const std::vector<uint16_t> out = download<uint16_t>(d_out.get(), size_t(rows) * k);
+  int64_t bad = 0, nan_codes = 0, ranged = 0;
+  for (int64_t i = 0; i < rows * k; ++i) {
+    bad += codes[size_t(i)] != testing::fp8_code(77, i);
+    nan_codes += (codes[size_t(i)] & 0x7f) == 0x7f;
+    bad += out[size_t(i)] != f32_to_bf16(std::ldexp(e4m3_to_f32(codes[size_t(i)]), exps[size_t(i / 128)]));
+  }
+  for (int64_t j = 0; j < rows * kg; ++j) {
+    bad += exps[size_t(j)] != testing::fp8_group_exp(77, j, -15, -14);
+    ranged += exps[size_t(j)] == -15 || exps[size_t(j)] == -14;
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(nan_codes, 0);
+  EXPECT_EQ(ranged, rows * kg);
+  EXPECT_FALSE(testing::fill_random_fp8_groups(d_c.as<uint8_t>(), d_e.as<int8_t>(), rows, 100, 1, -15, -14, nullptr).is_ok());
+  EXPECT_FALSE(testing::fill_random_fp8_groups(d_c.as<uint8_t>(), d_e.as<int8_t>(), rows, k, 1, -5, 8, nullptr).is_ok());
 }
 
 TEST(DenseDecode, EdgeShapes) {
