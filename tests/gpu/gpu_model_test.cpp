@@ -504,10 +504,12 @@ TEST(GpuModel, GraphReplayEqualsEager) {
 }
 
 // Runs the same steps on two models (slots 0..5 from position 0: a prefill of 6 sequences, a
-// second chunk of one, decode steps of 6 and of 1) and expects the same bits from both.
-void expect_same_steps(GpuModel& branched, GpuModel& one_stream) {
+// second chunk of one, decode steps of 6 and of 1) and expects the same bits from both; with
+// multi_row_decode_bits false, decode steps of 6 only close logits (kShapeRelTol: the same
+// products summed in another order).
+void expect_same_steps(GpuModel& branched, GpuModel& one_stream, bool multi_row_decode_bits = true) {
   Shared& s = shared();
-  auto both = [&](Step& st, const char* what, bool graphs = true) {
+  auto both = [&](Step& st, const char* what, bool graphs = true, bool bits = true) {
     const bool decode = std::all_of(st.seqs.begin(), st.seqs.end(), [](const GpuStepSeq& q) { return q.tokens.size() == 1; });
     std::vector<float> a(size_t(st.n_logits()) * kVocab, std::numeric_limits<float>::quiet_NaN()), b = a;
     branched.set_graph_replay(graphs);
@@ -522,7 +524,13 @@ void expect_same_steps(GpuModel& branched, GpuModel& one_stream) {
     ASSERT_TRUE(sb.is_ok()) << what << ": " << sb.to_string();
     EXPECT_EQ(replayed_a, graphs && decode) << what;
     EXPECT_EQ(replayed_b, graphs && decode) << what;
-    expect_bit_exact(what, a, b);
+    if (bits) {
+      expect_bit_exact(what, a, b);
+    } else {
+      std::vector<int> rows(size_t(st.n_logits()));
+      std::iota(rows.begin(), rows.end(), 0);
+      expect_rows_close(what, rows_of(a, rows), rows_of(b, rows), kShapeRelTol, kTop1Slack);
+    }
   };
   const std::span<const int32_t> ids(s.ids);
   constexpr int kSeqs = 6;
@@ -540,7 +548,7 @@ void expect_same_steps(GpuModel& branched, GpuModel& one_stream) {
     Step d;
     for (int i = 0; i < kSeqs; ++i)
       d.add(i, pos[size_t(i)] + step, ids.subspan(size_t(2000 + kSeqs * step + i), 1));
-    both(d, "decode, 6 sequences, graph of 8");
+    both(d, "decode, 6 sequences, graph of 8", true, multi_row_decode_bits);
   }
   for (int step = 3; step < 5; ++step) {
     Step d;
@@ -572,8 +580,9 @@ TEST(GpuModel, CompressorBranchEqualsOneStream) {
 // On a one-layer (CSA) model of the same shapes whose wo_a holds FP8-derived BF16 values, as the
 // real W4A16 export does (make-model --wo-a-from-fp8): against the bf16 weight on the same
 // kernels (dense_decode "woa,proj": the dense decode kernels for decode batches; prefill chunks
-// on cuBLAS, the fp8 model through its bf16 copy), the same bits for prefill, decode of 6 (graph
-// of 8: the mma kernel) and of 1 (the streaming kernel). The shared model's plain random wo_a is
+// on cuBLAS, the fp8 model through its bf16 copy), the same bits for prefill and decode of 1 (the
+// streaming kernel); decode of 6 (graph of 8: the mma kernel, whose fp8 blocks take 32 W rows and
+// so sum in another order, dense.cu) close logits. The shared model's plain random wo_a is
 // refused by name and stays bf16.
 TEST(GpuModel, Fp8WoAEqualsBf16WoA) {
   DSV4_SKIP_WITHOUT_GPU();
@@ -625,7 +634,7 @@ TEST(GpuModel, Fp8WoAEqualsBf16WoA) {
   EXPECT_EQ(int64_t((*bf16)->device_bytes()) - int64_t((*fp8)->device_bytes()),
             (wo_a_bytes - wo_a_bytes / 128) - 2 * wo_a_bytes);
   for (const std::string& line : (*fp8)->manifest()) std::printf("  %s\n", line.c_str());
-  expect_same_steps(**bf16, **fp8);
+  expect_same_steps(**bf16, **fp8, /*multi_row_decode_bits=*/false);
   EXPECT_EQ((*fp8)->allocations_after_load(), 0);
 }
 

@@ -280,7 +280,12 @@ Status decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView
     return dense_stream_gemm(x, w, w8, y, out, s, stream);
   const int xr = s.m <= 8 ? 1 : s.m <= 16 ? 2 : 4;
   int nt = rows_per_block / 8;
-  if (nt == 0) {
+  if (nt == 0 && w == nullptr) {
+    // Fp8 weights: blocks of 32 W rows. Each fp8 chunk holds half the bf16 chunk's bytes, so a
+    // block of 16 rows keeps too few in flight; 32 rows also halve the x reads per weight byte
+    // (H100, wo_a: 28.2 against 33.3 us at 8 rows, 34.1 against 38.8 at 32; bench/results/NOTES.md).
+    nt = 4;
+  } else if (nt == 0) {
     // Two n8 tiles per block halve the x reads per weight byte. One tile doubles the blocks, for
     // grids of 16-row blocks that would leave SMs idle, as long as the 8-row grid still runs in
     // one wave (two blocks per SM): a partial second wave costs more than unequal SMs.

@@ -57,9 +57,10 @@ struct Fp8WeightView {
 // is refused), k a multiple of 128. Half the weight bytes of the bf16 GEMM. Both kernels turn each
 // code back into the exact weight (fp32: the code's bits times 2^(exp + 120), one exact multiply;
 // the mma kernel then packs it to bf16 exactly) and run the bf16 kernels' arithmetic in the same
-// order, so y has the same bits as dense_decode_gemm on the decoded bf16 weight. rows_per_block
-// 32 (fp8 only) forces mma blocks of 32 W rows: half the x reads per weight byte, other sums' order
-// (close to the bf16 result, not its bits).
+// order, so y has the same bits as dense_decode_gemm on the decoded bf16 weight with the same
+// rows_per_block. Blocks of 32 W rows (rows_per_block 32, fp8 only; what 0 picks at 5..32 rows)
+// halve the x reads per weight byte and sum in another order (close to the bf16 result, not its
+// bits).
 Status dense_decode_gemm_fp8(const __nv_bfloat16* x, Fp8WeightView w, void* y, DenseOut out,
                              const DenseDecodeShape& s, cudaStream_t stream, int rows_per_block = 0);
 
