@@ -3,7 +3,7 @@
 # profile of the main kernels, the decode lab sweeps and the W4A16 benchmark with its PyTorch
 # peer; logs and results go to $OUT. The binaries are built on the development machine
 # (cmake --build build-h200, sm_90) and carried in .carry/bin, with libfmt/libgomp in .carry/lib.
-# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, serve, longcmp, peer, prof, lab, plab, pattern, l2ab, maxlayers, fp8woa, quick, full, torch)
+# Usage: bash bench/run_h200.sh COMMIT STEPS   (STEPS: comma list of tests, kernels, model, fbench, serve, longcmp, peer, prof, lab, plab, pattern, l2ab, maxlayers, fp8woa, fp8pre, quick, full, torch)
 #   lab: forced decode launches (dense wq_b/wo_b at M = 1, 16, 32; wq_a, w2, w13 at M = 1, 16; the
 #        MoE GEMMs at M = 1), every configuration x split-K x ring depth x L2 window.
 #   pattern: the MoE layer at M = 1 beside its GEMMs' reads alone (w4a16_bench --moe-pattern).
@@ -15,6 +15,8 @@
 #   fp8woa: wo_a in the lossless fp8 form (--wo-a fp8): its kernel tests (bit equality with the bf16
 #        kernels, the GPU model's fp8-vs-bf16 steps), the dense kernels vs cuBLAS on wo_a (fp8 rows
 #        beside bf16), and the 20-layer ladder (B = 1, 32 at 4K) with --wo-a bf16 and fp8, two rounds.
+#   fp8pre: where a prefill chunk's time goes with --wo-a fp8 (bf16/fp8, PDL off, smaller chunks,
+#        4 and 16 layers, compressor branch off; each run's last-chunk split).
 #   quick/full: the benchmark (quick: M = 1, 16, 4096); torch: its PyTorch int4 peer and the table.
 set -uo pipefail
 COMMIT=${1:-unknown}
@@ -198,6 +200,24 @@ if has fp8woa; then
     done
   done
   cut -c1-200 "$OUT/fp8woa.log"
+fi
+if has fp8pre; then
+  # Where a prefill chunk's time goes with wo_a in the fp8 form: the 16-layer H100 run spent
+  # ~6 ms a layer in the dense_linear window against ~0.4 ms of kernels (NOTES.md). Bf16 and fp8,
+  # PDL on and off, smaller chunks, 4 and 16 layers; the last chunk's split of each.
+  : > "$OUT/fp8pre.log"
+  i=0
+  for args in "--layers 4 --wo-a bf16" "--layers 4 --wo-a fp8" "--layers 4 --wo-a fp8 --pdl off" \
+      "--layers 4 --wo-a bf16 --pdl off" "--layers 4 --wo-a fp8 --chunk 1024" "--layers 16 --wo-a fp8" \
+      "--layers 16 --wo-a fp8 --compressor-branch off"; do
+    i=$((i + 1))
+    timeout 120 $BIN/dsv4 bench --synthetic flash $args --batch 1 --context 4096 --decode-steps 4 \
+      --commit "$COMMIT" --command "bash bench/run_h200.sh $COMMIT $STEPS ($args)" --out "$OUT/fp8pre_$i.json" > "$OUT/fp8pre_$i.log" 2>&1
+    echo "[$args] rc=$? $(grep -h 'prefill' "$OUT/fp8pre_$i.log" | head -1)" >> "$OUT/fp8pre.log"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('  last chunk ms', {k: round(v, 2) for k, v in d['runs'][0]['last_chunk_ms'].items()})" \
+      "$OUT/fp8pre_$i.json" >> "$OUT/fp8pre.log" 2>&1
+  done
+  cat "$OUT/fp8pre.log"
 fi
 if has quick || has full; then
   Q=""; has quick && Q="--quick"

@@ -45,7 +45,8 @@ struct GpuModelOptions {
   // lossless fp8 form (gpu/device_weights.h) where every value allows it: half its bytes. Decode
   // batches run the dense decode kernels on it, larger steps a bf16 copy made per layer into a
   // 67 MB workspace (cuBLAS). Same values either way; the bits equal those of the bf16 weight on
-  // the dense decode kernels (dense_decode "woa") and on cuBLAS respectively.
+  // cuBLAS (prefill) and on the streaming kernel (1..4 rows, dense_decode "woa"); 5..32 rows sum
+  // in blocks of 32 weight rows (cuda/dense/dense.h), close to but not the bf16 kernel's bits.
   bool wo_a_fp8 = false;
 };
 
