@@ -16,7 +16,7 @@
 #        kernels, the GPU model's fp8-vs-bf16 steps), the dense kernels vs cuBLAS on wo_a (fp8 rows
 #        beside bf16), and the 20-layer ladder (B = 1, 32 at 4K) with --wo-a bf16 and fp8, two rounds.
 #   fp8pre: where a prefill chunk's time goes with --wo-a fp8 (bf16/fp8, PDL off, smaller chunks,
-#        4 and 16 layers, compressor branch off; each run's last-chunk split).
+#        4 and 16 layers; two prefills a run, each with its last-chunk split).
 #   quick/full: the benchmark (quick: M = 1, 16, 4096); torch: its PyTorch int4 peer and the table.
 set -uo pipefail
 COMMIT=${1:-unknown}
@@ -204,17 +204,22 @@ fi
 if has fp8pre; then
   # Where a prefill chunk's time goes with wo_a in the fp8 form: the 16-layer H100 run spent
   # ~6 ms a layer in the dense_linear window against ~0.4 ms of kernels (NOTES.md). Bf16 and fp8,
-  # PDL on and off, smaller chunks, 4 and 16 layers; the last chunk's split of each.
+  # PDL on and off, smaller chunks, 4 and 16 layers; each run prefills twice (the second shows
+  # whether the cost is a first-use one), and the last chunk of each prefill is split.
   : > "$OUT/fp8pre.log"
   i=0
   for args in "--layers 4 --wo-a bf16" "--layers 4 --wo-a fp8" "--layers 4 --wo-a fp8 --pdl off" \
       "--layers 4 --wo-a bf16 --pdl off" "--layers 4 --wo-a fp8 --chunk 1024" "--layers 16 --wo-a fp8" \
-      "--layers 16 --wo-a fp8 --compressor-branch off"; do
+      "--layers 16 --wo-a bf16"; do
     i=$((i + 1))
-    timeout 120 $BIN/dsv4 bench --synthetic flash $args --batch 1 --context 4096 --decode-steps 4 \
+    timeout 120 $BIN/dsv4 bench --synthetic flash $args --batch 1 --context 4096,4096 --decode-steps 4 \
       --commit "$COMMIT" --command "bash bench/run_h200.sh $COMMIT $STEPS ($args)" --out "$OUT/fp8pre_$i.json" > "$OUT/fp8pre_$i.log" 2>&1
-    echo "[$args] rc=$? $(grep -h 'prefill' "$OUT/fp8pre_$i.log" | head -1)" >> "$OUT/fp8pre.log"
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('  last chunk ms', {k: round(v, 2) for k, v in d['runs'][0]['last_chunk_ms'].items()})" \
+    echo "[$args] rc=$?" >> "$OUT/fp8pre.log"
+    python3 -c "
+import json, sys
+for r in json.load(open(sys.argv[1]))['runs']:
+    if r['kind'] == 'prefill':
+        print('  prefill %.3f s; last chunk ms' % r['seconds'], {k: round(v, 2) for k, v in r['last_chunk_ms'].items()})" \
       "$OUT/fp8pre_$i.json" >> "$OUT/fp8pre.log" 2>&1
   done
   cat "$OUT/fp8pre.log"
