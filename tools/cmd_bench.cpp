@@ -300,8 +300,7 @@ int run_bench(const BenchArgs& a) {
              fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw, a.pdl, a.weights_l2,
              a.attention_head_groups == 0 ? std::string("auto") : std::to_string(a.attention_head_groups),
              a.compressor_branch, a.wo_a, m.fp8_linears());
-  for (const std::string& line : m.manifest())
-    if (line.find("stays bf16") != std::string::npos) fmt::print("bench: {}\n", line);  // a refused fp8 wo_a
+  if (!m.fp8_refused().empty()) fmt::print("bench: {}\n", m.fp8_refused());
   fmt::print("bench: device bytes {:.2f} GB, estimated {:.2f} GB (weights {:.2f}, KV {:.2f}, activations {:.2f}; "
              "gpu/memory_estimate.h)\n",
              double(m.device_bytes()) / 1e9, double(estimate.total()) / 1e9, double(estimate.weights) / 1e9,

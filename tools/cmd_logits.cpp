@@ -74,8 +74,7 @@ Status gpu_logits(const ModelConfig& cfg, const ModelWeights& w, std::span<const
   o.n_kv_blocks = int((T + 255) / 256);
   o.wo_a_fp8 = wo_a_fp8;
   DSV4_ASSIGN_OR_RETURN(auto model, gpu::GpuModel::load(cfg, w, o));
-  for (const std::string& line : model->manifest())
-    if (line.find("stays bf16") != std::string::npos) fmt::print(stderr, "logits: {}\n", line);
+  if (!model->fp8_refused().empty()) fmt::print(stderr, "logits: {}\n", model->fp8_refused());
   std::vector<int32_t> blocks(size_t(o.n_kv_blocks));
   for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = int32_t(i);
   for (int64_t s = 0; s < T; s += chunk) {

@@ -181,7 +181,6 @@ Status Blas::grouped_bf16_out(const __nv_bfloat16* o, int m, int groups, const _
 
 Status Blas::grouped_fp8_bf16_out(const __nv_bfloat16* o, int m, int groups, cuda::Fp8WeightView w, int n, int k,
                                   __nv_bfloat16* u, __nv_bfloat16* scratch) const {
-  static_assert(kDecodeMaxRows == cuda::kDenseDecodeMaxRows);
   if (m < 1 || n < 1 || k < 1 || groups < 1 || int64_t(groups) * k > INT32_MAX)
     return invalid_argument("grouped_fp8_bf16_out: bad shape m {} groups {} n {} k {}", m, groups, n, k);
   if (m <= kDecodeMaxRows)

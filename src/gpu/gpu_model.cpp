@@ -444,6 +444,7 @@ const ModelConfig& GpuModel::config() const { return impl_->cfg; }
 const GpuModelOptions& GpuModel::options() const { return impl_->opts; }
 size_t GpuModel::device_bytes() const { return impl_->arena.bytes(); }
 int64_t GpuModel::fp8_linears() const { return impl_->w.n_fp8_linears; }
+const std::string& GpuModel::fp8_refused() const { return impl_->w.fp8_refused; }
 std::vector<std::string> GpuModel::manifest() const { return impl_->manifest(); }
 int64_t GpuModel::allocations_after_load() const { return impl_->arena.allocations_after_seal(); }
 bool GpuModel::last_step_replayed_graph() const { return impl_->last_graph; }

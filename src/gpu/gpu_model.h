@@ -98,6 +98,7 @@ class GpuModel {
   const GpuModelOptions& options() const;
   size_t device_bytes() const;          // everything this model allocated
   int64_t fp8_linears() const;          // linears stored in the fp8 form (GpuModelOptions::wo_a_fp8)
+  const std::string& fp8_refused() const;  // the first weight asked in fp8 that stayed bf16, and why ("": none)
   std::vector<std::string> manifest() const;  // lines: weights, KV pool, buffers, graphs
 
   // Test hook: number of device allocations made after load() returned (must stay 0).

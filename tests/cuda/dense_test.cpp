@@ -416,6 +416,38 @@ std::pair<double, double> time_calls(cudaStream_t stream, const std::function<vo
   return {0.5 * (us[kTimed / 2 - 1] + us[kTimed / 2]), 1000.0 * total / kTimed};
 }
 
+// A stream and a cuBLAS handle on it as Blas::init sets them up (own 32 MB workspace, as
+// gpu_model.cpp's kBlasWorkspaceBytes; fp32 split-K reductions), for the timing tests.
+struct TimingBlas {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t handle = nullptr;
+  DeviceBuffer workspace;
+  bool ok = false;
+  TimingBlas() {
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS)
+      return;
+    workspace = device_alloc(size_t(32) << 20);
+    ok = cublasSetStream(handle, stream) == CUBLAS_STATUS_SUCCESS &&
+         cublasSetWorkspace(handle, workspace.get(), workspace.bytes()) == CUBLAS_STATUS_SUCCESS &&
+         cublasSetMathMode(handle, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) ==
+             CUBLAS_STATUS_SUCCESS;
+  }
+  ~TimingBlas() {
+    if (handle != nullptr) cublasDestroy(handle);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+  // As Blas::grouped_bf16_out: u [m, groups * n] = bf16(o [m, groups * k] . w^T) per group g of
+  // w (bf16 [groups * n, k]), o's columns at g k with row stride ldx, u's at g n.
+  void grouped_wo_a(const void* w, const void* o, void* u, int m, int n, int k, int groups, int64_t ldx) const {
+    const float one = 1.0f, zero = 0.0f;
+    EXPECT_EQ(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w, CUDA_R_16BF, k,
+                                         int64_t(n) * k, o, CUDA_R_16BF, int(ldx), k, &zero, u, CUDA_R_16BF,
+                                         groups * n, n, groups, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_SUCCESS);
+  }
+};
+
 TEST(DenseDecode, VsCublas) {
   DSV4_SKIP_WITHOUT_GPU();
   const TimedShape shapes[] = {
@@ -423,16 +455,9 @@ TEST(DenseDecode, VsCublas) {
       {"proj_csa", 2624, 4096, 1, false},
       {"proj_hca", 1024, 4096, 1, false},
   };
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  // The handle as Blas::init sets it up: own workspace, fp32 split-K reductions.
-  cublasHandle_t handle = nullptr;
-  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
-  ASSERT_EQ(cublasSetStream(handle, stream), CUBLAS_STATUS_SUCCESS);
-  DeviceBuffer workspace = device_alloc(size_t(32) << 20);  // gpu_model.cpp kBlasWorkspaceBytes
-  ASSERT_EQ(cublasSetWorkspace(handle, workspace.get(), workspace.bytes()), CUBLAS_STATUS_SUCCESS);
-  ASSERT_EQ(cublasSetMathMode(handle, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
-            CUBLAS_STATUS_SUCCESS);
+  const TimingBlas tb;
+  ASSERT_TRUE(tb.ok);
+  const cudaStream_t stream = tb.stream;
   for (const TimedShape& ts : shapes) {
     const size_t wbytes = size_t(ts.groups) * size_t(ts.n) * size_t(ts.k) * 2;
     const int copies = int(std::max<size_t>(4, (size_t(120) << 20) / wbytes + 1));
@@ -502,22 +527,18 @@ TEST(DenseDecode, VsCublas) {
       }
       const float one = 1.0f, zero = 0.0f;
       const auto t = time_calls(stream, [&](int i) {
-        cublasStatus_t st;
-        if (ts.groups > 1)  // as Blas::grouped_bf16_out
-          st = cublasGemmStridedBatchedEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, ts.n, m, ts.k, &one, weights(i), CUDA_R_16BF,
-                                          ts.k, int64_t(ts.n) * ts.k, x, CUDA_R_16BF, int(ldx), ts.k, &zero, d_y.get(),
-                                          CUDA_R_16BF, int(ldy), ts.n, ts.groups, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        else  // as Blas::gemm_f32_out
-          st = cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, ts.n, m, ts.k, &one, weights(i), CUDA_R_16BF, ts.k, x,
-                            CUDA_R_16BF, int(ldx), &zero, d_y.get(), CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT);
-        EXPECT_EQ(st, CUBLAS_STATUS_SUCCESS);
+        if (ts.groups > 1) {
+          tb.grouped_wo_a(weights(i), x, d_y.get(), m, ts.n, ts.k, ts.groups, ldx);
+        } else {  // as Blas::gemm_f32_out
+          EXPECT_EQ(cublasGemmEx(tb.handle, CUBLAS_OP_T, CUBLAS_OP_N, ts.n, m, ts.k, &one, weights(i), CUDA_R_16BF,
+                                 ts.k, x, CUDA_R_16BF, int(ldx), &zero, d_y.get(), CUDA_R_32F, int(ldy),
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    CUBLAS_STATUS_SUCCESS);
+        }
       });
       report("cublas", t);
     }
   }
-  cublasDestroy(handle);
-  cudaStreamDestroy(stream);
 }
 
 // Prefill steps of a model holding wo_a in the fp8 form copy it to bf16 (fp8_groups_to_bf16) and
@@ -528,15 +549,9 @@ TEST(DenseDecode, Fp8PrefillCopyVsCublas) {
   DSV4_SKIP_WITHOUT_GPU();
   constexpr int kN = 1024, kK = 4096, kGroups = 8, kM = 4096, kCopies = 4;
   const int64_t rows = int64_t(kGroups) * kN, wn = rows * kK;
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  cublasHandle_t handle = nullptr;
-  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
-  ASSERT_EQ(cublasSetStream(handle, stream), CUBLAS_STATUS_SUCCESS);
-  DeviceBuffer workspace = device_alloc(size_t(32) << 20);
-  ASSERT_EQ(cublasSetWorkspace(handle, workspace.get(), workspace.bytes()), CUBLAS_STATUS_SUCCESS);
-  ASSERT_EQ(cublasSetMathMode(handle, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
-            CUBLAS_STATUS_SUCCESS);
+  const TimingBlas tb;
+  ASSERT_TRUE(tb.ok);
+  const cudaStream_t stream = tb.stream;
   DeviceBuffer d_x = device_alloc(size_t(kM) * kGroups * kK * 2), d_y = device_alloc(size_t(kM) * rows * 2);
   DeviceBuffer d_wbf = device_alloc(size_t(wn) * 2), d_copy = device_alloc(size_t(wn) * 2);
   DeviceBuffer d_c = device_alloc(size_t(wn) * kCopies), d_e = device_alloc(size_t(wn / 128) * kCopies);
@@ -548,13 +563,7 @@ TEST(DenseDecode, Fp8PrefillCopyVsCublas) {
   auto fp8 = [&](int i) {
     return Fp8WeightView{d_c.as<uint8_t>() + wn * (i % kCopies), d_e.as<int8_t>() + wn / 128 * (i % kCopies)};
   };
-  auto gemm = [&](const void* w) {
-    const float one = 1.0f, zero = 0.0f;
-    const cublasStatus_t st = cublasGemmStridedBatchedEx(
-        handle, CUBLAS_OP_T, CUBLAS_OP_N, kN, kM, kK, &one, w, CUDA_R_16BF, kK, int64_t(kN) * kK, d_x.get(), CUDA_R_16BF,
-        kGroups * kK, kK, &zero, d_y.get(), CUDA_R_16BF, int(rows), kN, kGroups, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    EXPECT_EQ(st, CUBLAS_STATUS_SUCCESS);
-  };
+  auto gemm = [&](const void* w) { tb.grouped_wo_a(w, d_x.get(), d_y.get(), kM, kN, kK, kGroups, int64_t(kGroups) * kK); };
   auto copy = [&](int i) {
     const Status st = fp8_groups_to_bf16(fp8(i), rows, kK, d_copy.as<__nv_bfloat16>(), stream);
     EXPECT_TRUE(st.is_ok()) << st.to_string();
@@ -576,8 +585,6 @@ TEST(DenseDecode, Fp8PrefillCopyVsCublas) {
          }),
          true);
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  cublasDestroy(handle);
-  cudaStreamDestroy(stream);
 }
 
 TEST(DenseDecode, RejectsUnsupported) {

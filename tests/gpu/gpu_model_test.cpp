@@ -598,6 +598,7 @@ TEST(GpuModel, Fp8WoAEqualsBf16WoA) {
     EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
       return l.find("'layers.0.attn.wo_a' stays bf16") != std::string::npos;
     })) << "the first refused weight is named";
+    EXPECT_NE((*refused)->fp8_refused().find("'layers.0.attn.wo_a' stays bf16"), std::string::npos);
   }
   const std::string dir = s.dir + "_fp8";
   struct RemoveDir {
@@ -629,6 +630,7 @@ TEST(GpuModel, Fp8WoAEqualsBf16WoA) {
   DSV4_ASSERT_OK(fp8.status());
   EXPECT_EQ((*bf16)->fp8_linears(), 0);
   EXPECT_EQ((*fp8)->fp8_linears(), 1) << "an FP8-derived wo_a";
+  EXPECT_EQ((*fp8)->fp8_refused(), "");
   const int64_t wo_a_bytes = int64_t(cfg->o_groups) * cfg->o_lora_rank * cfg->group_in_dim();
   // Weights: wo_a_bytes - wo_a_bytes / 128 less a layer; buffers: one bf16 wo_a more (2368-row steps).
   EXPECT_EQ(int64_t((*bf16)->device_bytes()) - int64_t((*fp8)->device_bytes()),
