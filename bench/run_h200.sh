@@ -19,6 +19,7 @@
 #        4 and 16 layers; two prefills a run, each with its last-chunk split).
 #   quick/full: the benchmark (quick: M = 1, 16, 4096); torch: its PyTorch int4 peer and the table.
 set -uo pipefail
+# LAYERS: the l2ab and fp8woa ladders' model depth (20; 16 on an 80 GB H100).
 COMMIT=${1:-unknown}
 STEPS=${2:-tests,full}
 OUT=${OUT:-/tmp/dsv4_out}
@@ -145,7 +146,7 @@ if has l2ab; then
     for v in "normal proj" "first proj" "first woa,proj"; do
       set -- $v
       echo "=== round $r, ladder: --weights-l2 $1 --dense-decode $2" >> "$OUT/l2ab.log"
-      timeout 200 $BIN/dsv4 bench --synthetic flash --layers 20 --batch 1,32 --context 4096 --weights-l2 $1 \
+      timeout 200 $BIN/dsv4 bench --synthetic flash --layers ${LAYERS:-20} --batch 1,32 --context 4096 --weights-l2 $1 \
         --dense-decode $2 --commit "$COMMIT" --command "bash bench/run_h200.sh $COMMIT $STEPS" \
         --out "$OUT/l2ab_fwd_${1}_${2/,/_}_$r.json" 2>&1 | grep -E "decode B=" >> "$OUT/l2ab.log"
     done
@@ -194,7 +195,7 @@ if has fp8woa; then
   for r in 1 2; do
     for f in bf16 fp8; do
       echo "=== round $r, --wo-a $f" >> "$OUT/fp8woa.log"
-      timeout 300 $BIN/dsv4 bench --synthetic flash --layers 20 --batch 1,32 --context 4096 --wo-a $f \
+      timeout 300 $BIN/dsv4 bench --synthetic flash --layers ${LAYERS:-20} --batch 1,32 --context 4096 --wo-a $f \
         --commit "$COMMIT" --command "$CMD" --out "$OUT/fp8woa_fwd_${f}_$r.json" 2>&1 |
         grep -E "^bench: synthetic|device bytes|decode B=" >> "$OUT/fp8woa.log"
     done
