@@ -128,5 +128,38 @@ TEST(Fp8Groups, RefusesOtherBf16Values) {
   EXPECT_NE(miss.why.find("multiple of 128"), std::string::npos) << miss.why;
 }
 
+TEST(Fp8Groups, EveryBf16ValueAgreesWithTheScalarDefinitions) {
+  // The encoder reads codes off the fp32 fields; the scalar definitions (round to e4m3, convert
+  // back, compare bits) are the oracle. Every finite bf16 value v, in a group whose maximum
+  // 448 x 2^e pins its exponent to e (from the range's ends and the checkpoint's middle), must be
+  // accepted with the oracle's code exactly when the oracle accepts it.
+  const int64_t k = kFp8GroupSize;
+  std::vector<float> w(static_cast<size_t>(k), 0.0f);
+  std::vector<uint8_t> codes(static_cast<size_t>(k));
+  int8_t exp = 0;
+  for (const int e : {kFp8GroupMinExp, -30, -14, -9, 0, kFp8GroupMaxExp}) {
+    w[0] = std::ldexp(kE4M3Max, e);
+    int accepted = 0;
+    for (uint32_t bits = 0; bits < 0x10000u; ++bits) {
+      const float v = std::bit_cast<float>(bits << 16);
+      if (!std::isfinite(v) || std::fabs(v) > w[0]) continue;
+      w[1] = v;
+      const uint8_t want = f32_to_e4m3(std::ldexp(v, -e));
+      const bool exact = std::bit_cast<uint32_t>(std::ldexp(e4m3_to_f32(want), e)) == std::bit_cast<uint32_t>(v);
+      Fp8GroupsMiss miss;
+      const bool ok = encode_fp8_groups(w.data(), 1, k, codes.data(), &exp, &miss);
+      ASSERT_EQ(ok, exact) << "e " << e << " bf16 bits " << std::hex << bits << ": " << miss.why;
+      if (!ok) continue;
+      ASSERT_EQ(exp, e);
+      ASSERT_EQ(codes[1], want) << "e " << e << " bf16 bits " << std::hex << bits;
+      ++accepted;
+    }
+    // Each of the 254 non-NaN codes is one value (zeros of both signs included). Under 2^-128,
+    // 64 of them fall below bf16's subnormal step of 2^-133 (the 14 subnormal codes, and 50
+    // normal ones under 2^-130) and so never occur in a bf16 weight.
+    EXPECT_EQ(accepted, e == kFp8GroupMinExp ? 254 - 64 : 254) << "e " << e;
+  }
+}
+
 }  // namespace
 }  // namespace dsv4
