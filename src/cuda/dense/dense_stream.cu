@@ -23,6 +23,7 @@
 #include <mutex>
 
 #include "cuda/common/arch.h"
+#include "cuda/common/bf16_bits.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/pdl.cuh"
@@ -64,8 +65,8 @@ __device__ __forceinline__ float dot8(const uint4 a, const uint4 b, float acc) {
   const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 fa = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wa[i]));
-    const float2 fb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wb[i]));
+    const float2 fa = bf16x2_to_f32x2(wa[i]);
+    const float2 fb = bf16x2_to_f32x2(wb[i]);
     acc = fmaf(fa.x, fb.x, acc);
     acc = fmaf(fa.y, fb.y, acc);
   }
@@ -77,7 +78,7 @@ __device__ __forceinline__ float dot8_f32(const float (&w)[8], const uint4 b, fl
   const uint32_t wb[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 fb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wb[i]));
+    const float2 fb = bf16x2_to_f32x2(wb[i]);
     acc = fmaf(w[2 * i], fb.x, acc);
     acc = fmaf(w[2 * i + 1], fb.y, acc);
   }

@@ -9,6 +9,7 @@
 
 #include "cuda/common/arch.h"
 #include "cuda/common/arrival.cuh"
+#include "cuda/common/bf16_bits.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/trace.cuh"
@@ -33,7 +34,7 @@ __device__ __forceinline__ void unpack8(const uint4 v, float (&f)[8]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+    const float2 t = bf16x2_to_f32x2(w[i]);
     f[2 * i] = t.x;
     f[2 * i + 1] = t.y;
   }

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "cuda/common/arch.h"
+#include "cuda/common/bf16_bits.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/ops/mhc_mix.cuh"
@@ -74,8 +75,8 @@ struct TokenIn<true> {
 };
 
 __device__ __forceinline__ void unpack_bf16x4(uint2 u, float (&v)[4]) {
-  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
-  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  const float2 lo = bf16x2_to_f32x2(u.x);
+  const float2 hi = bf16x2_to_f32x2(u.y);
   v[0] = lo.x;
   v[1] = lo.y;
   v[2] = hi.x;
@@ -404,10 +405,10 @@ __global__ void __launch_bounds__(kFinishWorkers + 32) mix_finish_kernel(MixFini
     for (int i = 0; i < kMaxHc; ++i) {
       if (i >= a.hc) break;
       const float p = s_pre[i];
-      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw[ci][i]);
+      const uint32_t h[4] = {raw[ci][i].x, raw[ci][i].y, raw[ci][i].z, raw[ci][i].w};
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const float2 f = __bfloat1622float2(h[q]);
+        const float2 f = bf16x2_to_f32x2(h[q]);
         xv[ci][2 * q] = __fadd_rn(xv[ci][2 * q], __fmul_rn(p, f.x));
         xv[ci][2 * q + 1] = __fadd_rn(xv[ci][2 * q + 1], __fmul_rn(p, f.y));
       }

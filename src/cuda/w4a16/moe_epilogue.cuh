@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/arrival.cuh"
+#include "cuda/common/bf16_bits.cuh"
 #include "cuda/w4a16/gemm_internal.h"
 #include "cuda/w4a16/ptx.cuh"
 
@@ -60,7 +61,7 @@ __device__ __forceinline__ void moe_combine(const GemmKernelArgs& p, int row_beg
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float2 f2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+        const float2 f2 = bf16x2_to_f32x2(w[i]);
         sum[2 * i] += f2.x;
         sum[2 * i + 1] += f2.y;
       }
