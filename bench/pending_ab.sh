@@ -10,6 +10,8 @@
 #   3. the fp8 wo_a prefill question (NOTES.md): 4 layers, bf16 / fp8 / fp8 without PDL, two
 #      prefills each; (1) and (2) are then run a second time; then the full depth with fp8;
 #   4. ncu on the fp8 and bf16 streaming kernels at M = 1.
+# With .carry/nbprev.tar.xz (a previous main's dsv4 and cuda_dense_test as dsv4_prev and
+# cuda_dense_test_prev), that main's ladder and dense kernel timings come after (1) and (2).
 # Usage (device tool, carry .carry/{pack,nb,nbtopk}.tar.xz): DEADLINE=555 bash bench/pending_ab.sh COMMIT
 #   nb.tar.xz: main's dsv4, w4a16_bench, cuda_*_test, gpu_*_test (NOTES.md has the build and pack
 #   commands); nbtopk.tar.xz: the branch's dsv4 and cuda_indexer_test as dsv4_topk and
@@ -18,6 +20,7 @@ set -u
 COMMIT=$1; DEADLINE=${DEADLINE:-560}
 B=.carry/bin
 mkdir -p .carry/bin && tar xJf .carry/pack.tar.xz -C .carry && tar xJf .carry/nb.tar.xz -C .carry/bin && tar xJf .carry/nbtopk.tar.xz -C .carry/bin
+[ -f .carry/nbprev.tar.xz ] && tar xJf .carry/nbprev.tar.xz -C .carry/bin
 C=$(find /usr/local /opt /usr/lib -maxdepth 8 -name 'libcublas.so.13' | head -1)
 export LD_LIBRARY_PATH=$PWD/.carry/lib:$(dirname $C):/usr/local/cuda/lib64
 MEM=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
@@ -44,6 +47,12 @@ round() {
   left 70 && ladder lad_topk_$r dsv4_topk 1 4096 --weights-l2 normal
 }
 round 1
+if [ -x $B/dsv4_prev ] && left 90; then  # the previous main (PREV) against this one: ladder and dense kernels
+  ladder lad_prev_1 dsv4_prev 1,32 4096 --weights-l2 normal
+  for t in cuda_dense_test_prev cuda_dense_test; do
+    timeout 40 $B/$t --gtest_filter='*VsCublas*' 2>&1 | grep -E "^\[ vs.* M=1 " | sed "s/^/$t: /" | cut -c1-170 | head -16
+  done
+fi
 if left 60; then
   timeout 40 $B/cuda_indexer_test --gtest_filter='*TopkTiming*' 2>&1 | grep -vE "^\[ (RUN|  +OK) " | grep -E "keys|us" | sed 's/^/base: /' | head -12
   timeout 60 $B/cuda_indexer_test_topk 2>&1 | grep -vE "^\[ (RUN|  +OK) " | grep -vE "SKIPPED" | grep -E "keys|us|FAILED|PASSED|Failure" | sed 's/^/topk: /' | head -20
