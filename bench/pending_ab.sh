@@ -10,6 +10,7 @@
 #   3. the fp8 wo_a prefill question (NOTES.md): 4 layers, bf16 / fp8 / fp8 without PDL, two
 #      prefills each; (1) and (2) are then run a second time; then the full depth with fp8;
 #   4. ncu on the fp8 and bf16 streaming kernels at M = 1.
+# After (1) and (2)'s first round: the ops, dense and MoE kernel tests of this main.
 # With .carry/nbprev.tar.xz (a previous main's dsv4 and cuda_dense_test as dsv4_prev and
 # cuda_dense_test_prev), that main's ladder and dense kernel timings come after (1) and (2).
 # Usage (device tool, carry .carry/{pack,nb,nbtopk}.tar.xz): DEADLINE=555 bash bench/pending_ab.sh COMMIT
@@ -47,6 +48,12 @@ round() {
   left 70 && ladder lad_topk_$r dsv4_topk 1 4096 --weights-l2 normal
 }
 round 1
+if left 100; then  # this main's kernel tests where its last changes reach (ops, dense stream, MoE router/combine)
+  for t in cuda_ops_test cuda_dense_test cuda_moe_test; do
+    timeout 45 $B/$t --gtest_brief=1 --gtest_filter='-*Timing*:*VsCublas*:*Fp8PrefillCopyVsCublas*' > $OUT/$t.log 2>&1
+    echo "$t rc=$? $(grep -cE '^\[ +FAILED +\] [A-Z]' $OUT/$t.log) failed"; grep -E "^\[ +(FAILED|PASSED) +\]" $OUT/$t.log | head -6
+  done
+fi
 if [ -x $B/dsv4_prev ] && left 90; then  # the previous main (PREV) against this one: ladder and dense kernels
   ladder lad_prev_1 dsv4_prev 1,32 4096 --weights-l2 normal
   for t in cuda_dense_test_prev cuda_dense_test; do
