@@ -30,16 +30,6 @@ __device__ __forceinline__ uint4 ld_nc_v4(const uint4* p) {
   return v;
 }
 
-__device__ __forceinline__ void unpack8(const uint4 v, float (&f)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = bf16x2_to_f32x2(w[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
-  }
-}
-
 // Order-preserving map of a (non-NaN) float to an unsigned key: a < b exactly when key(a) < key(b).
 __device__ __forceinline__ unsigned ordered_key(float f) {
   const unsigned u = __float_as_uint(f == 0.0f ? 0.0f : f);  // -0 and +0 are one value
@@ -396,8 +386,8 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
 #pragma unroll 4
       for (int i = 0; i < kPerLane; ++i) {
         float xv[8], wf[8];
-        unpack8(xs[lane + 32 * i], xv);
-        unpack8(ws[(warp * EPW + j) * cpr + lane + 32 * i], wf);
+        bf16x8_to_f32(xs[lane + 32 * i], xv);
+        bf16x8_to_f32(ws[(warp * EPW + j) * cpr + lane + 32 * i], wf);
 #pragma unroll
         for (int v = 0; v < 8; ++v) acc[0][j] = fmaf(xv[v], wf[v], acc[0][j]);
       }
@@ -413,11 +403,11 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
 #pragma unroll
       for (int t = 0; t < TM; ++t) {
         float xv[8];
-        unpack8(xs[t * cpr + lane + 32 * i], xv);
+        bf16x8_to_f32(xs[t * cpr + lane + 32 * i], xv);
 #pragma unroll
         for (int j = 0; j < EPW; ++j) {
           float wf[8];
-          unpack8(wv[j], wf);
+          bf16x8_to_f32(wv[j], wf);
 #pragma unroll
           for (int v = 0; v < 8; ++v) acc[t][j] = fmaf(xv[v], wf[v], acc[t][j]);
         }

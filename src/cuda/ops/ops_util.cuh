@@ -17,14 +17,7 @@ inline constexpr unsigned kFullMask = 0xffffffffu;
 
 // 8 consecutive bf16 (16 bytes, 16-byte aligned) as fp32.
 __device__ __forceinline__ void load_bf16x8(const __nv_bfloat16* p, float (&v)[8]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = bf16x2_to_f32x2(w[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
+  bf16x8_to_f32(*reinterpret_cast<const uint4*>(p), v);
 }
 
 // Rounds 8 fp32 to bf16 (nearest even) and stores them (16 bytes, 16-byte aligned).
