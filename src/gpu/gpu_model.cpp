@@ -158,6 +158,24 @@ struct GpuModel::Impl {
     return cuda_status(cudaStreamSynchronize(so.stream), "first graph replay");
   }
 
+  // The fp8 wo_a's large-step form (its bf16 copy in ws.wo_a_bf16, then cuBLAS's strided-batched
+  // GEMM) runs in none of the decode warm-ups, and its first call costs ~0.1 s (H200, 4 and 20
+  // layers alike: a one-off, not per layer; bench/results/ab_h200_41af52e): the first prefill paid
+  // it. One call at load on zeroed inputs, at the largest step, pays it here instead.
+  Status warm_fp8_wo_a_large_steps() {
+    if (ws.wo_a_bf16 == nullptr) return Status::ok();
+    const ModelConfig& c = cfg;
+    const auto l = std::find_if(w.layers.begin(), w.layers.end(),
+                                [](const LayerDeviceWeights& x) { return x.wo_a8.codes != nullptr; });
+    if (l == w.layers.end()) return Status::ok();
+    const int T = opts.max_tokens_per_step;
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(act.o, 0, size_t(T) * c.q_dim() * 2, so.stream), "cudaMemsetAsync"));
+    DSV4_RETURN_IF_ERROR(ws.blas.grouped_fp8_bf16_out(act.o, T, c.o_groups, l->wo_a8, c.o_lora_rank, c.group_in_dim(),
+                                                      act.u, ws.wo_a_bf16)
+                             .with_context("warming the fp8 wo_a's large-step GEMM"));
+    return cuda_status(cudaStreamSynchronize(so.stream), "fp8 wo_a warm-up");
+  }
+
   Status allocate_activations() {
     const ModelConfig& c = cfg;
     const int64_t T = opts.max_tokens_per_step;
@@ -308,6 +326,7 @@ struct GpuModel::Impl {
     DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(so.stream), "load"));
     for (int s : opts.graph_batch_sizes)
       DSV4_RETURN_IF_ERROR(capture(s).with_context(fmt::format("capturing the decode graph of batch {}", s)));
+    DSV4_RETURN_IF_ERROR(warm_fp8_wo_a_large_steps());
     arena.seal();
     return Status::ok();
   }
