@@ -88,3 +88,5 @@ for b in 1 0; do
   grep -E "Duration|DRAM Throughput|Issue Slots|Issued Ipc|No Eligible|Active Warps|Registers Per|Achieved Occ|Grid Size" $OUT/ncu_stream_fp8_$b.txt | head -12
 done
 echo "done at $SECONDS s"
+# The device tool returns a handful of files: everything, packed in one that sorts first.
+(cd $OUT && tar czf 0_all.tgz --exclude 0_all.tgz .)
