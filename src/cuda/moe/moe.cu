@@ -37,7 +37,7 @@ int moe_block_rows(int m, int top_k, int n_experts) {
 }
 
 size_t MoeWorkspace::bytes() const {
-  return logits_.bytes() + topk_ids_.bytes() + topk_w_.bytes() + token_pairs_.bytes() + sorted_token_.bytes() +
+  return logits_.bytes() + keyed_.bytes() + topk_ids_.bytes() + topk_w_.bytes() + token_pairs_.bytes() + sorted_token_.bytes() +
          sorted_weight_.bytes() + tiles_.bytes() + act_.bytes() + down_.bytes() + partials_.bytes() + counters_.bytes();
 }
 
@@ -60,6 +60,7 @@ Result<MoeWorkspace> MoeWorkspace::create(int max_tokens, int hidden, int inter,
   }
   const size_t m = size_t(max_tokens), pairs = m * (top_k + 1);
   DSV4_ASSIGN_OR_RETURN(ws.logits_, DeviceBuffer::create(m * n_experts * 4));
+  DSV4_ASSIGN_OR_RETURN(ws.keyed_, DeviceBuffer::create(std::min<size_t>(m, kRouterDecodeMaxTokens) * n_experts * 8));
   DSV4_ASSIGN_OR_RETURN(ws.topk_ids_, DeviceBuffer::create(m * top_k * 4));
   DSV4_ASSIGN_OR_RETURN(ws.topk_w_, DeviceBuffer::create(m * top_k * 4));
   DSV4_ASSIGN_OR_RETURN(ws.token_pairs_, DeviceBuffer::create(pairs * 4));
@@ -217,6 +218,7 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   r.route_scale = w.route_scale;
   r.block_m = block_m;
   r.logits = ws.logits_.as<float>();
+  r.keyed = ws.keyed_.as<uint2>();
   r.topk_ids = ws.topk_ids_.as<int>();
   r.topk_w = ws.topk_w_.as<float>();
   r.tile_counters = ws.route_tile_counters_;

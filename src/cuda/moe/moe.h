@@ -103,7 +103,7 @@ class MoeWorkspace {
   friend Status moe_forward(const MoeLayerWeights&, const MoeArgs&, MoeWorkspace&, cudaStream_t,
                            const MoeDiagnosticLaunches*);
   int max_tokens_ = 0, hidden_ = 0, inter_ = 0, n_experts_ = 0, top_k_ = 0, max_tiles_ = 0;
-  DeviceBuffer logits_, topk_ids_, topk_w_, token_pairs_, sorted_token_, sorted_weight_, tiles_;
+  DeviceBuffer logits_, keyed_, topk_ids_, topk_w_, token_pairs_, sorted_token_, sorted_weight_, tiles_;
   DeviceBuffer act_, down_, partials_;
   DeviceBuffer counters_;  // zeroed: n_tiles, route done, route tile counters, combine, split-K
   int* n_tiles_ = nullptr;

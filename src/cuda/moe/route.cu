@@ -22,7 +22,7 @@ namespace {
 constexpr int kThreads = 256;
 static_assert(kThreads == kRouterExperts, "the grouping scan gives each thread one expert");
 constexpr int kShared = kRouterExperts;  // expert id of the shared expert in tiles
-constexpr int kDecodeMaxTokens = 32;     // batches up to this use the one-token-per-block variant
+constexpr int kDecodeMaxTokens = kRouterDecodeMaxTokens;
 
 __device__ __forceinline__ uint4 ld_nc_v4(const uint4* p) {
   uint4 v;
@@ -34,6 +34,17 @@ __device__ __forceinline__ uint4 ld_nc_v4(const uint4* p) {
 __device__ __forceinline__ unsigned ordered_key(float f) {
   const unsigned u = __float_as_uint(f == 0.0f ? 0.0f : f);  // -0 and +0 are one value
   return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+}
+
+// The score s = sqrt(softplus(logit)) (torch softplus: threshold 20) and the key the top-k
+// compares: ordered_key(s + bias), NaN -> -inf.
+__device__ __forceinline__ float expert_score(float logit) {
+  return sqrtf(logit > 20.0f ? logit : log1pf(expf(logit)));
+}
+__device__ __forceinline__ unsigned expert_key(float s, float bias) {
+  float v = s + bias;
+  if (isnan(v)) v = -INFINITY;
+  return ordered_key(v);
 }
 
 // The scores of tokens tok0 .. tok0 + n - 1 by the whole block, thread e for expert e:
@@ -53,7 +64,7 @@ __device__ void expert_scores(const RouteKernelArgs& p, int tok0, int n, float b
 #pragma unroll
     for (int u = 0; u < 2; ++u)
       if (t + u < n) {
-        const float sv = sqrtf(l[u] > 20.0f ? l[u] : log1pf(expf(l[u])));  // torch softplus (threshold 20), sqrt
+        const float sv = expert_score(l[u]);
         float v = sv + b;
         if (isnan(v)) v = -INFINITY;
         scores[(t + u) * 512 + e] = sv;
@@ -63,16 +74,18 @@ __device__ void expert_scores(const RouteKernelArgs& p, int tok0, int n, float b
   __syncthreads();
 }
 
-// Expert selection and weights of token `tok` by one warp from its scores (expert_scores);
-// written to topk_ids / topk_w and, when s_ids is not null, to s_ids / s_w [tok * top_k ..] in
-// shared memory too. Round k's expert and score end up in lane k. One warp runs this once per
-// call on the decode critical path, so the loops over rounds stay rolled: fully unrolled (with a
-// sorting network) it was ~40 KB of code (bench/results/NOTES.md, "MoE decode timeline").
-__device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, const float* scores,
-                               int* s_ids = nullptr, float* s_w = nullptr) {
+// Expert selection and weights of token `tok` by one warp. ck / cs: the lane's 8 candidates
+// (experts lane + 32 j) as keys (expert_key) and scores; score_of(e): expert e's score (hash
+// layers: the table's experts). Returns in lanes k < top_k the k-th selection's expert, weight
+// and rank (its place in increasing expert id); round k's expert and score end up in lane k.
+// One warp runs this once per call on the decode critical path, so the loops over rounds stay
+// rolled: fully unrolled (with a sorting network) it was ~40 KB of code (bench/results/NOTES.md,
+// "MoE decode timeline").
+template <class ScoreOf>
+__device__ __forceinline__ void select_core(const RouteKernelArgs& p, int tok, int lane, unsigned (&ck)[8],
+                                            const float (&cs)[8], ScoreOf score_of, int* id_out, float* w_out,
+                                            int* rank_out) {
   constexpr unsigned kAll = 0xffffffffu;
-  const float* ss = scores;        // [256] s_e
-  const float* vs = scores + 256;  // [256] v_e
   int my_id = 0;
   float my_sc = 0.0f;
   float denom = 0.0f;  // the selected scores summed in selection order
@@ -81,7 +94,7 @@ __device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, cons
 #pragma unroll 1
     for (int k = 0; k < p.top_k; ++k) {
       const int e = p.tid2eid[row + k];
-      const float sc = ss[e];
+      const float sc = score_of(e);
       if (lane == k) {
         my_id = e;
         my_sc = sc;
@@ -89,18 +102,9 @@ __device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, cons
       denom += sc;
     }
   } else {
-    // The lane's 8 candidates (experts lane + 32 j) in registers, read once, as order-preserving
-    // keys (ordered_key: > 0 even for -inf; a taken candidate becomes 0 and never wins again).
-    unsigned ck[8];
-    float cs[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      ck[j] = ordered_key(vs[lane + 32 * j]);
-      cs[j] = ss[lane + 32 * j];
-    }
     // Each round: every lane's best candidate by a 3-level tree (ties go to the lower j, the
     // lower expert id), then the warp's largest key by one redux and, among the lanes holding it,
-    // the lowest id by another.
+    // the lowest id by another. A taken candidate's key becomes 0 (keys are > 0, even for -inf).
 #pragma unroll 1
     for (int k = 0; k < p.top_k; ++k) {
       unsigned tk[4];
@@ -137,7 +141,6 @@ __device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, cons
       }
     }
   }
-  const float w = my_sc / denom * p.route_scale;
   // Increasing expert id (the order the MoE combine sums the expert outputs in); equal ids (a
   // hash row may repeat one) keep their selection order. Unrolled (top_k <= 8): the shuffles
   // are independent.
@@ -147,14 +150,56 @@ __device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, cons
     const int other = __shfl_sync(kAll, my_id, j);
     if (j < p.top_k) rank += (other < my_id || (other == my_id && j < lane)) ? 1 : 0;
   }
+  *id_out = my_id;
+  *w_out = my_sc / denom * p.route_scale;
+  *rank_out = rank;
+}
+
+// Writes a selection (select_core's lanes) to topk_ids / topk_w and, when s_ids is not null, to
+// s_ids / s_w [tok * top_k ..] in shared memory too.
+__device__ __forceinline__ void store_selection(const RouteKernelArgs& p, int tok, int lane, int id, float w, int rank,
+                                                int* s_ids, float* s_w) {
   if (lane < p.top_k) {
     const int64_t at = int64_t(tok) * p.top_k + rank;
-    p.topk_ids[at] = my_id;
+    p.topk_ids[at] = id;
     p.topk_w[at] = w;
     if (s_ids != nullptr) {
-      s_ids[at] = my_id;
+      s_ids[at] = id;
       s_w[at] = w;
     }
+  }
+}
+
+// Selection of token `tok` from its scores in shared memory (expert_scores: prefill).
+__device__ void select_experts(const RouteKernelArgs& p, int tok, int lane, const float* scores,
+                               int* s_ids = nullptr, float* s_w = nullptr) {
+  const float* ss = scores;        // [256] s_e
+  const float* vs = scores + 256;  // [256] v_e
+  unsigned ck[8];
+  float cs[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    ck[j] = ordered_key(vs[lane + 32 * j]);
+    cs[j] = ss[lane + 32 * j];
+  }
+  int id, rank;
+  float w;
+  select_core(p, tok, lane, ck, cs, [&](int e) { return ss[e]; }, &id, &w, &rank);
+  store_selection(p, tok, lane, id, w, rank, s_ids, s_w);
+}
+
+// Decode batches: the logit blocks left each expert's (key, score) in p.keyed [m][256]; the
+// lane's 8 candidates are read straight from there (one round trip, all in flight), with no
+// block-wide pass over the logits first.
+__device__ __forceinline__ void load_keyed(const RouteKernelArgs& p, int tok, int lane, unsigned (&ck)[8],
+                                           float (&cs)[8]) {
+  uint2 v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = __ldcg(p.keyed + int64_t(tok) * kRouterExperts + lane + 32 * j);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    ck[j] = v[j].x;
+    cs[j] = __uint_as_float(v[j].y);
   }
 }
 
@@ -309,19 +354,23 @@ __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const 
   }
 }
 
-// The grouping of a single token (decode batch 1), by one warp: its top_k pairs come in
-// increasing expert order (select_experts), so pair k is sorted row k and, one row each, tile k;
-// the shared expert's row is top_k as always. group_pairs (a counting sort: six barriers and
-// scans) took ~1 us of the decode MoE's serial tail for this; this takes ~0.25 us. A hash row
-// may name an expert twice: that expert gets two one-row tiles instead of one two-row tile (rows
-// are independent in the GEMMs, so no value changes).
-__device__ void group_one_token(const RouteKernelArgs& p, const int* sel_ids, const float* sel_w, int lane) {
+// The grouping of a single token (decode batch 1), by the warp that selected its experts, from
+// its lanes' selections (select_core): pair k in increasing expert order is sorted row k and, one
+// row each, tile k; the shared expert's row is top_k as always. group_pairs (a counting sort: six
+// barriers and scans) took ~1 us of the decode MoE's serial tail for this. A hash row may name an
+// expert twice: that expert gets two one-row tiles instead of one two-row tile (rows are
+// independent in the GEMMs, so no value changes).
+__device__ void group_one_token(const RouteKernelArgs& p, int lane, int id, float w, int rank) {
   const int top_k = p.top_k;
-  if (lane <= top_k) {
-    if (lane < top_k) p.tiles[lane] = make_int4(sel_ids[lane], lane, 1, 0);
-    p.sorted_token[lane] = 0;
-    p.sorted_weight[lane] = lane < top_k ? sel_w[lane] : 1.0f;
-    p.token_pairs[lane] = lane;
+  if (lane < top_k) {
+    p.tiles[rank] = make_int4(id, rank, 1, 0);
+    p.sorted_token[rank] = 0;
+    p.sorted_weight[rank] = w;
+    p.token_pairs[rank] = rank;
+  } else if (lane == top_k) {
+    p.sorted_token[top_k] = 0;
+    p.sorted_weight[top_k] = 1.0f;
+    p.token_pairs[top_k] = top_k;
   }
   if (lane == 0) *p.n_tiles = top_k;
 }
@@ -334,8 +383,13 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
   const uint4* xs = reinterpret_cast<const uint4*>(smem);  // bf16 [TM][hidden]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   trace_stamp(p.trace, 0);
-  // The selection's bias of expert tid (a weight: loaded before the wait, off the serial tail).
-  const float bias_e = p.bias != nullptr ? __ldg(p.bias + tid) : 0.0f;
+  // The selection's bias of expert tid (prefill), or of the warp's experts (decode: the logit
+  // warps turn their logits into keys); weights, loaded before the wait, off the serial tail.
+  [[maybe_unused]] const float bias_e = TM != 1 && p.bias != nullptr ? __ldg(p.bias + tid) : 0.0f;
+  float bias_w[EPW];
+#pragma unroll
+  for (int j = 0; j < EPW; ++j)
+    bias_w[j] = TM == 1 && p.bias != nullptr ? __ldg(p.bias + blockIdx.y * (8 * EPW) + warp * EPW + j) : 0.0f;
   if constexpr (TM == 1) {
     // Decode: the block's 8 EPW router rows go to smem through cp.async, every request in flight
     // at once (one DRAM round trip); they do not depend on the previous kernel.
@@ -422,7 +476,13 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
       // Lane 0's association is the same for every expert: equal rows give equal logits.
-      if (lane == 0 && t < n_tok) p.logits[int64_t(tok0 + t) * kRouterExperts + e0 + j] = v;
+      if (lane == 0 && t < n_tok) {
+        p.logits[int64_t(tok0 + t) * kRouterExperts + e0 + j] = v;
+        if constexpr (TM == 1) {
+          const float sv = expert_score(v);
+          p.keyed[int64_t(tok0 + t) * kRouterExperts + e0 + j] = make_uint2(expert_key(sv, bias_w[j]), __float_as_uint(sv));
+        }
+      }
     }
 
   trace_stamp(p.trace, 2);
@@ -433,22 +493,40 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
       trace_stamp(p.trace, 3);
       return;
     }
-    // The selections stay in shared memory for the grouping: no global round trip between them.
-    // Trace: the tail's steps go to the pseudo-block past the grid (moe_route_blocks counts it).
+    // Each selecting warp reads its token's keys straight from p.keyed (load_keyed). Trace: the
+    // tail's steps go to the pseudo-block past the grid (moe_route_blocks counts it).
     const int64_t tail = int64_t(gridDim.x) * gridDim.y;
     trace_stamp(p.trace, 0, tail);
-    __shared__ int s_ids[kDecodeMaxTokens * 8];
-    __shared__ float s_w[kDecodeMaxTokens * 8];
     trace_stamp(p.trace, 1, tail);
-    // The scores go where x and the router rows were (every thread passed the barrier above).
-    float* scores = reinterpret_cast<float*>(smem);  // [m][512]
-    expert_scores(p, 0, p.m, bias_e, scores);
-    for (int tok = warp; tok < p.m; tok += kThreads / 32) select_experts(p, tok, lane, scores + tok * 512, s_ids, s_w);
-    __syncthreads();
-    trace_stamp(p.trace, 2, tail);
+    auto select_token = [&](int tok, int* id, float* w, int* rank) {
+      unsigned ck[8];
+      float cs[8];
+      load_keyed(p, tok, lane, ck, cs);
+      const uint32_t* sc = reinterpret_cast<const uint32_t*>(p.keyed + int64_t(tok) * kRouterExperts) + 1;
+      select_core(p, tok, lane, ck, cs, [&](int e) { return __uint_as_float(__ldcg(sc + 2 * e)); }, id, w, rank);
+    };
     if (p.m == 1) {
-      if (warp == 0) group_one_token(p, s_ids, s_w, lane);
+      // One token: warp 0 selects and groups from its registers, no block-wide step.
+      if (warp == 0) {
+        int id, rank;
+        float w;
+        select_token(0, &id, &w, &rank);
+        store_selection(p, 0, lane, id, w, rank, nullptr, nullptr);
+        trace_stamp(p.trace, 2, tail);
+        group_one_token(p, lane, id, w, rank);
+      }
     } else {
+      // The selections stay in shared memory for the grouping: no global round trip between them.
+      __shared__ int s_ids[kDecodeMaxTokens * 8];
+      __shared__ float s_w[kDecodeMaxTokens * 8];
+      for (int tok = warp; tok < p.m; tok += kThreads / 32) {
+        int id, rank;
+        float w;
+        select_token(tok, &id, &w, &rank);
+        store_selection(p, tok, lane, id, w, rank, s_ids, s_w);
+      }
+      __syncthreads();
+      trace_stamp(p.trace, 2, tail);
       group_pairs<true>(p, s_ids, s_w);
     }
     trace_stamp(p.trace, 3, tail);
@@ -498,6 +576,8 @@ int moe_route_blocks(int m) {
 
 Status launch_moe_route(const RouteKernelArgs& p, cudaStream_t stream, bool pdl) {
   if (p.hidden != kRouterHidden) return invalid_argument("moe router: hidden {} != {}", p.hidden, kRouterHidden);
+  if (p.m <= kDecodeMaxTokens && p.keyed == nullptr)
+    return invalid_argument("moe router: a decode batch ({} tokens) needs the keyed scores buffer", p.m);
   if (p.top_k < 1 || p.top_k > 8) return invalid_argument("moe router: top_k {} not in 1..8", p.top_k);
   // Decode batches: one token per block and 32 blocks per token, so the 2 MB router weight is
   // streamed by many SMs. Prefill: 8 tokens per block reuse each weight load 8 times.

@@ -14,6 +14,7 @@ namespace dsv4::cuda::moe_detail {
 
 inline constexpr int kRouterExperts = 256;  // 8 experts per lane in the top-k warp
 inline constexpr int kRouterHidden = 4096;  // the router loops are unrolled for Flash's hidden size
+inline constexpr int kRouterDecodeMaxTokens = 32;  // batches up to this use the one-token-per-block variant
 
 struct RouteKernelArgs {
   const __nv_bfloat16* x = nullptr;  // bf16 [M, hidden]
@@ -27,6 +28,8 @@ struct RouteKernelArgs {
   float route_scale = 1.0f;
   int block_m = 0;                        // GEMM block rows: tiles hold at most this many rows
   float* logits = nullptr;                // f32 [M, 256]
+  uint2* keyed = nullptr;                 // decode (M <= kRouterDecodeMaxTokens): [M, 256] per expert
+                                          // (ordered key of s + bias, s as f32 bits), for the selection
   int* topk_ids = nullptr;                // i32 [M, top_k], increasing expert id
   float* topk_w = nullptr;                // f32 [M, top_k]
   int* tile_counters = nullptr;           // i32 [M] zero
