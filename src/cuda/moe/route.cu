@@ -1,8 +1,11 @@
 // route.cu: the MoE router in one launch. Blocks of the grid (token tiles x expert slices)
 // compute fp32 logits; the last slice block of a token tile selects experts and weights for its
 // tokens; the last token tile's block groups all (token, expert) pairs by expert and writes the
-// tile list the GEMMs run over (decode batches: the last block of the grid does both). Deterministic: every logit is summed in the same fixed order, so
-// equal router rows give equal logits and ties resolve to the lowest expert index.
+// tile list the GEMMs run over. Decode batches (one token per block): the logit warps also leave
+// each expert's selection key and score (RouteKernelArgs::keyed), and the last block of the grid
+// selects from those, a warp per token, and groups. Deterministic: every logit is summed in the
+// same fixed order, so equal router rows give equal logits and ties resolve to the lowest expert
+// index.
 #include <cmath>
 #include <mutex>
 #include <type_traits>
