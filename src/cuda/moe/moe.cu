@@ -37,8 +37,9 @@ int moe_block_rows(int m, int top_k, int n_experts) {
 }
 
 size_t MoeWorkspace::bytes() const {
-  return logits_.bytes() + keyed_.bytes() + topk_ids_.bytes() + topk_w_.bytes() + token_pairs_.bytes() + sorted_token_.bytes() +
-         sorted_weight_.bytes() + tiles_.bytes() + act_.bytes() + down_.bytes() + partials_.bytes() + counters_.bytes();
+  return logits_.bytes() + keyed_.bytes() + topk_ids_.bytes() + topk_w_.bytes() + token_pairs_.bytes() +
+         sorted_token_.bytes() + sorted_weight_.bytes() + tiles_.bytes() + act_.bytes() + down_.bytes() +
+         partials_.bytes() + counters_.bytes();
 }
 
 Result<MoeWorkspace> MoeWorkspace::create(int max_tokens, int hidden, int inter, int n_experts, int top_k) {

@@ -25,7 +25,6 @@ namespace {
 constexpr int kThreads = 256;
 static_assert(kThreads == kRouterExperts, "the grouping scan gives each thread one expert");
 constexpr int kShared = kRouterExperts;  // expert id of the shared expert in tiles
-constexpr int kDecodeMaxTokens = kRouterDecodeMaxTokens;
 
 __device__ __forceinline__ uint4 ld_nc_v4(const uint4* p) {
   uint4 v;
@@ -39,16 +38,16 @@ __device__ __forceinline__ unsigned ordered_key(float f) {
   return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
 }
 
-// The score s = sqrt(softplus(logit)) (torch softplus: threshold 20) and the key the top-k
-// compares: ordered_key(s + bias), NaN -> -inf.
+// The score s = sqrt(softplus(logit)) (torch softplus: threshold 20), the value the top-k
+// compares, v = s + bias (NaN -> -inf), and v as an order-preserving key.
 __device__ __forceinline__ float expert_score(float logit) {
   return sqrtf(logit > 20.0f ? logit : log1pf(expf(logit)));
 }
-__device__ __forceinline__ unsigned expert_key(float s, float bias) {
-  float v = s + bias;
-  if (isnan(v)) v = -INFINITY;
-  return ordered_key(v);
+__device__ __forceinline__ float expert_value(float s, float bias) {
+  const float v = s + bias;
+  return isnan(v) ? -INFINITY : v;
 }
+__device__ __forceinline__ unsigned expert_key(float s, float bias) { return ordered_key(expert_value(s, bias)); }
 
 // The scores of tokens tok0 .. tok0 + n - 1 by the whole block, thread e for expert e:
 // s = sqrt(softplus(logit)) and v = s + bias (NaN -> -inf; what the top-k compares) to
@@ -68,10 +67,8 @@ __device__ void expert_scores(const RouteKernelArgs& p, int tok0, int n, float b
     for (int u = 0; u < 2; ++u)
       if (t + u < n) {
         const float sv = expert_score(l[u]);
-        float v = sv + b;
-        if (isnan(v)) v = -INFINITY;
         scores[(t + u) * 512 + e] = sv;
-        scores[(t + u) * 512 + 256 + e] = v;
+        scores[(t + u) * 512 + 256 + e] = expert_value(sv, b);
       }
   }
   __syncthreads();
@@ -505,8 +502,8 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
       unsigned ck[8];
       float cs[8];
       load_keyed(p, tok, lane, ck, cs);
-      const uint32_t* sc = reinterpret_cast<const uint32_t*>(p.keyed + int64_t(tok) * kRouterExperts) + 1;
-      select_core(p, tok, lane, ck, cs, [&](int e) { return __uint_as_float(__ldcg(sc + 2 * e)); }, id, w, rank);
+      const uint2* keyed = p.keyed + int64_t(tok) * kRouterExperts;
+      select_core(p, tok, lane, ck, cs, [&](int e) { return __uint_as_float(__ldcg(&keyed[e].y)); }, id, w, rank);
     };
     if (p.m == 1) {
       // One token: warp 0 selects and groups from its registers, no block-wide step.
@@ -520,8 +517,8 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(const RouteKernelAr
       }
     } else {
       // The selections stay in shared memory for the grouping: no global round trip between them.
-      __shared__ int s_ids[kDecodeMaxTokens * 8];
-      __shared__ float s_w[kDecodeMaxTokens * 8];
+      __shared__ int s_ids[kRouterDecodeMaxTokens * 8];
+      __shared__ float s_w[kRouterDecodeMaxTokens * 8];
       for (int tok = warp; tok < p.m; tok += kThreads / 32) {
         int id, rank;
         float w;
@@ -552,7 +549,7 @@ Status launch_variant(const RouteKernelArgs& p, cudaStream_t stream, bool pdl) {
   static_assert(TM <= 8, "one warp per token in the selection step");
   // x rows, plus (decode) the block's router rows.
   constexpr int smem = TM * kRouterHidden * 2 + (TM == 1 ? 8 * EPW * kRouterHidden * 2 : 0);
-  static_assert((TM == 1 ? kDecodeMaxTokens : TM) * 512 * 4 <= smem, "the selection's scores reuse the dynamic smem");
+  static_assert(TM == 1 || TM * 512 * 4 <= smem, "the prefill selection's scores reuse the dynamic smem");
   auto* kernel = &moe_route_kernel<TM, EPW>;
   if (smem > 48 * 1024) {
     // Once per device: the attribute is a property of the function on that device.
@@ -574,17 +571,17 @@ Status launch_variant(const RouteKernelArgs& p, cudaStream_t stream, bool pdl) {
 
 int moe_route_blocks(int m) {
   // Decode: one more trace slot, for the last block's tail.
-  return m <= kDecodeMaxTokens ? m * (kRouterExperts / 8) + 1 : (m + 7) / 8 * (kRouterExperts / 32);
+  return m <= kRouterDecodeMaxTokens ? m * (kRouterExperts / 8) + 1 : (m + 7) / 8 * (kRouterExperts / 32);
 }
 
 Status launch_moe_route(const RouteKernelArgs& p, cudaStream_t stream, bool pdl) {
   if (p.hidden != kRouterHidden) return invalid_argument("moe router: hidden {} != {}", p.hidden, kRouterHidden);
-  if (p.m <= kDecodeMaxTokens && p.keyed == nullptr)
+  if (p.m <= kRouterDecodeMaxTokens && p.keyed == nullptr)
     return invalid_argument("moe router: a decode batch ({} tokens) needs the keyed scores buffer", p.m);
   if (p.top_k < 1 || p.top_k > 8) return invalid_argument("moe router: top_k {} not in 1..8", p.top_k);
   // Decode batches: one token per block and 32 blocks per token, so the 2 MB router weight is
   // streamed by many SMs. Prefill: 8 tokens per block reuse each weight load 8 times.
-  if (p.m <= kDecodeMaxTokens) return launch_variant<1, 1>(p, stream, pdl);
+  if (p.m <= kRouterDecodeMaxTokens) return launch_variant<1, 1>(p, stream, pdl);
   return launch_variant<8, 4>(p, stream, pdl);
 }
 
