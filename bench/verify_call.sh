@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# verify_call.sh: one device call that checks main on a GPU and times it against a base build:
+#   1. every GPU test binary of main (cuda_*_test, gpu_*_test), timing tests excluded;
+#   2. the issue-6 decode rows (MoE at M = 1; wq_b and wo_b at M = 1, 16), base and main
+#      alternated, two rounds;
+#   3. the 20-layer ladder (B = 1, 32 at 4K), base and main alternated (bench/ab_h200.sh).
+# Every step runs only while DEADLINE seconds (from the start) leave it room. All output is packed
+# into $OUT/all.tgz (the device tool returns only a few files).
+# Carry .carry/{pack,next_new,next_base}.tar.xz: main's binaries with the suffix _new (dsv4_new,
+# w4a16_bench_new, <test>_new), the base's dsv4_base and w4a16_bench_base; NOTES.md, "Tool notes".
+# Usage (device tool): DEADLINE=560 bash bench/verify_call.sh LABEL
+set -u
+LABEL=${1:?usage: verify_call.sh LABEL}; DEADLINE=${DEADLINE:-560}
+B=.carry/bin
+mkdir -p $B && tar xJf .carry/pack.tar.xz -C .carry && tar xJf .carry/next_new.tar.xz -C $B && tar xJf .carry/next_base.tar.xz -C $B
+C=$(find /usr/local /opt /usr/lib -maxdepth 8 -name 'libcublas.so.13' | head -1)
+export LD_LIBRARY_PATH=$PWD/.carry/lib:$(dirname $C):/usr/local/cuda/lib64
+R=$OUT/r; mkdir -p $R
+left() { [ $((DEADLINE - SECONDS)) -gt "$1" ]; }
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total,driver_version --format=csv | tee $R/env.txt
+for t in $B/cuda_*_test_new $B/gpu_*_test_new; do
+  left 300 || break
+  n=$(basename $t _new)
+  timeout 120 $t --gtest_brief=1 --gtest_filter='-*Timing*:*VsCublas*' > $R/$n.log 2>&1
+  echo "$n rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/$n.log | tr '\n' ' ') ${SECONDS}s" | tee -a $R/suite.txt
+done
+for r in 1 2; do
+  for v in base new; do
+    left 120 || break
+    $B/w4a16_bench_$v --no-dense --moe-ms 1 --commit "$LABEL-$v" --out $R/moe_${v}_$r.json > $R/moe_${v}_$r.log 2>&1
+    $B/w4a16_bench_$v --no-moe --ms 1,16 --shapes wq_b,wo_b --commit "$LABEL-$v" --out $R/dense_${v}_$r.json > $R/dense_${v}_$r.log 2>&1
+    echo "== $v $r"; grep -hE "^moe .*M=1 |^(wq_b|wo_b) " $R/moe_${v}_$r.log $R/dense_${v}_$r.log | cut -c1-160
+  done
+done
+left 150 && OUT=$R AB_TRACE=0 bash bench/ab_h200.sh $LABEL 2 | tail -8
+tar czf $OUT/all.tgz -C $OUT r
+echo "done ${SECONDS}s"
