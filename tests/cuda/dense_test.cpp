@@ -55,8 +55,9 @@ struct Problem {
 
 // fp8: W drawn as random e4m3 codes (no NaN) times 2^e, e in [-12, -6] per (row, 128 columns),
 // the way FP8-derived checkpoints hold wo_a; otherwise random bf16 values.
+// x_row_exps: x row r scaled by 2^x_row_exps[r] (rows past the list unscaled; exact in bf16).
 Problem make_problem(int n, int k, int groups, int64_t ldx, int64_t xgs, int64_t ldy, int64_t ygs, uint64_t seed,
-                     bool fp8 = false) {
+                     bool fp8 = false, const std::vector<int>& x_row_exps = {}) {
   Problem p;
   p.shape.n = n;
   p.shape.k = k;
@@ -66,6 +67,8 @@ Problem make_problem(int n, int k, int groups, int64_t ldx, int64_t xgs, int64_t
   p.shape.ldy = ldy;
   p.shape.y_group_stride = ygs;
   p.x = random_bf16_values(int64_t(kMaxM) * ldx, seed, 1.0f);
+  for (size_t r = 0; r < x_row_exps.size() && r < size_t(kMaxM); ++r)
+    for (int64_t c = 0; c < ldx; ++c) p.x[r * size_t(ldx) + size_t(c)] = std::ldexp(p.x[r * size_t(ldx) + size_t(c)], x_row_exps[r]);
   if (fp8) {
     const int64_t rows = int64_t(groups) * n, kg = k / 128;
     p.codes.resize(size_t(rows * k));
@@ -257,10 +260,11 @@ struct Case {
 };
 
 // The fp8 form against the bf16 weights it stands for: the same bits from both kernels (1..4 rows
-// stream, rows_per_block 8 / 16 the mma kernel), on wo_a and on edge shapes with k % 128 == 0
-// (partial pieces and chunks, padded strides, blocks spanning groups). Blocks of 32 rows (fp8
-// only; the automatic choice at 5..32 rows) sum in another order: against the reference, with the
-// contract's tolerance.
+// the streaming kernel, kDenseForceStream; rows_per_block 8 / 16 the mma kernel), on wo_a and on
+// edge shapes with k % 128 == 0 (partial pieces and chunks, padded strides, blocks spanning
+// groups). Blocks of 32 rows (fp8 only; the automatic choice at 9..32 rows) and the tensor-core
+// kernel (the automatic choice at 1..8 rows where n % 32 == 0; Fp8TensorCoreKernel below) sum in
+// other orders: against the reference, with the contract's tolerance.
 TEST(DenseDecode, Fp8WeightsGiveTheBf16Bits) {
   DSV4_SKIP_WITHOUT_GPU();
   const Case cases[] = {
@@ -275,8 +279,8 @@ TEST(DenseDecode, Fp8WeightsGiveTheBf16Bits) {
     const Problem p = make_problem(c.n, c.k, c.groups, c.ldx, c.xgs, c.ldy, c.ygs, 404, /*fp8=*/true);
     DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(p.shape.ldy) * 2);
     for (int m : {1, 2, 3, 4, 7, 9, 16, 20, 32})
-      for (int rpb : {0, 8, 16}) {
-        if (rpb == 0 && m > 4) continue;  // the automatic choice there: fp8 blocks of 32 rows (below)
+      for (int rpb : {kDenseForceStream, 8, 16}) {
+        if (rpb == kDenseForceStream && m > 4) continue;  // the streaming kernel's rows
         const std::vector<uint8_t> bf16 = run(p, m, DenseOut::kBf16, rpb, d_y);
         EXPECT_TRUE(run(p, m, DenseOut::kBf16, rpb, d_y, /*fp8=*/true) == bf16) << c.name << " M=" << m << " rpb=" << rpb;
       }
@@ -288,15 +292,43 @@ TEST(DenseDecode, Fp8WeightsGiveTheBf16Bits) {
   // Evict-first reads (arch.h) change nothing either.
   const Problem woa = make_problem(1024, 4096, 8, 8 * 4096, 4096, 8 * 1024, 1024, 405, /*fp8=*/true);
   DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(woa.shape.ldy) * 2);
-  for (int m : {1, 4}) {
-    std::vector<uint8_t> normal;
-    {
-      const ScopedWeightsEvictFirst l2(false);
-      normal = run(woa, m, DenseOut::kBf16, 0, d_y, true);
+  for (int m : {1, 4})
+    for (int rpb : {0, kDenseForceStream}) {
+      std::vector<uint8_t> normal;
+      {
+        const ScopedWeightsEvictFirst l2(false);
+        normal = run(woa, m, DenseOut::kBf16, rpb, d_y, true);
+      }
+      const ScopedWeightsEvictFirst l2(true);
+      EXPECT_TRUE(run(woa, m, DenseOut::kBf16, rpb, d_y, true) == normal) << "wo_a evict-first M=" << m << " rpb=" << rpb;
     }
-    const ScopedWeightsEvictFirst l2(true);
-    EXPECT_TRUE(run(woa, m, DenseOut::kBf16, 0, d_y, true) == normal) << "wo_a evict-first M=" << m;
+}
+
+// The fp16 tensor-core kernel (dense_fp8_tc.cu, what rows_per_block 0 picks for fp8 weights at
+// 1..8 rows where n % 32 == 0) against the reference, with the contract's tolerance, on wo_a and
+// on shapes where K warps own unequal group counts or none (k = 128, 384, 640), padded strides
+// and several groups; x rows of very different magnitudes (2^+-40, 2^+-100, a zero row) for the
+// per-row fp16 scaling. check() also asserts the poison outside the output and repeatable bits.
+TEST(DenseDecode, Fp8TensorCoreKernel) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const Case cases[] = {
+      {"wo_a", 1024, 4096, 8, 8 * 4096, 4096, 8 * 1024, 1024},
+      {"n32_k128", 32, 128, 3, 3 * 128 + 8, 128, 3 * 40, 40},
+      {"n64_k384", 64, 384, 2, 2 * 384 + 16, 384 + 8, 2 * 64 + 2, 65},
+      {"n96_k640", 96, 640, 1, 648, 0, 100, 0},
+      {"n2048_k4096", 2048, 4096, 1, 4096, 0, 2048, 0},
+  };
+  const std::vector<int> exps = {0, 40, -40, 100, -100, 7, -7, 0};
+  for (const Case& c : cases) {
+    const Problem p = make_problem(c.n, c.k, c.groups, c.ldx, c.xgs, c.ldy, c.ygs, 411, /*fp8=*/true, exps);
+    for (int m = 1; m <= kDenseFp8TcMaxRows; ++m) check(c.name, p, m, DenseOut::kBf16, 0, /*fp8=*/true);
   }
+  // A zero row among others.
+  Problem z = make_problem(64, 512, 1, 512, 0, 64, 0, 412, /*fp8=*/true, {3, 0, -3});
+  std::fill(z.x.begin() + 512, z.x.begin() + 1024, 0.0f);
+  z.d_x = upload_vector(to_bf16(z.x));
+  for (int j = 0; j < 64; ++j) z.ref[size_t(64 + j)] = z.absdot[size_t(64 + j)] = 0.0;
+  check("zero_row", z, 3, DenseOut::kBf16, 0, /*fp8=*/true);
 }
 
 TEST(DenseDecode, Fp8ToBf16GivesTheExactValues) {
@@ -517,12 +549,14 @@ TEST(DenseDecode, VsCublas) {
         report(rpb == 0 ? "dense" : rpb == 8 ? "dense rpb8" : "dense rpb16", t);
       }
       if (ts.bf16_out) {  // wo_a in the fp8 form: half the bytes (GB/s below: of the bf16 bytes)
-        for (int rpb : {0, 16, 32}) {
+        for (int rpb : {0, kDenseForceStream, 16, 32}) {
+          if (rpb == kDenseForceStream && m > 4) continue;
           const auto t = time_calls(stream, [&](int i) {
             const Status st = dense_decode_gemm_fp8(x, fp8_weights(i), d_y.get(), out, s, stream, rpb);
             EXPECT_TRUE(st.is_ok()) << st.to_string();
           });
-          report(rpb == 0 ? "fp8" : rpb == 16 ? "fp8 rpb16" : "fp8 rpb32", t);
+          report(rpb == 0 ? (m <= 8 ? "fp8 tc" : "fp8") : rpb == kDenseForceStream ? "fp8 stream"
+                 : rpb == 16 ? "fp8 rpb16" : "fp8 rpb32", t);
         }
       }
       const float one = 1.0f, zero = 0.0f;

@@ -505,9 +505,9 @@ TEST(GpuModel, GraphReplayEqualsEager) {
 
 // Runs the same steps on two models (slots 0..5 from position 0: a prefill of 6 sequences, a
 // second chunk of one, decode steps of 6 and of 1) and expects the same bits from both; with
-// multi_row_decode_bits false, decode steps of 6 only close logits (kShapeRelTol: the same
-// products summed in another order).
-void expect_same_steps(GpuModel& branched, GpuModel& one_stream, bool multi_row_decode_bits = true) {
+// decode_bits false, decode steps only close logits (kShapeRelTol: the same products summed in
+// another order).
+void expect_same_steps(GpuModel& branched, GpuModel& one_stream, bool decode_bits = true) {
   Shared& s = shared();
   auto both = [&](Step& st, const char* what, bool graphs = true, bool bits = true) {
     const bool decode = std::all_of(st.seqs.begin(), st.seqs.end(), [](const GpuStepSeq& q) { return q.tokens.size() == 1; });
@@ -548,12 +548,12 @@ void expect_same_steps(GpuModel& branched, GpuModel& one_stream, bool multi_row_
     Step d;
     for (int i = 0; i < kSeqs; ++i)
       d.add(i, pos[size_t(i)] + step, ids.subspan(size_t(2000 + kSeqs * step + i), 1));
-    both(d, "decode, 6 sequences, graph of 8", true, multi_row_decode_bits);
+    both(d, "decode, 6 sequences, graph of 8", true, decode_bits);
   }
   for (int step = 3; step < 5; ++step) {
     Step d;
     d.add(1, pos[1] + step, ids.subspan(size_t(2100 + step), 1));
-    both(d, step == 3 ? "decode, 1 sequence, graph" : "decode, 1 sequence, eager", step == 3);
+    both(d, step == 3 ? "decode, 1 sequence, graph" : "decode, 1 sequence, eager", step == 3, decode_bits);
   }
 }
 
@@ -580,10 +580,10 @@ TEST(GpuModel, CompressorBranchEqualsOneStream) {
 // On a one-layer (CSA) model of the same shapes whose wo_a holds FP8-derived BF16 values, as the
 // real W4A16 export does (make-model --wo-a-from-fp8): against the bf16 weight on the same
 // kernels (dense_decode "woa,proj": the dense decode kernels for decode batches; prefill chunks
-// on cuBLAS, the fp8 model through its bf16 copy), the same bits for prefill and decode of 1 (the
-// streaming kernel); decode of 6 (graph of 8: the mma kernel, whose fp8 blocks take 32 W rows and
-// so sum in another order, dense.cu) close logits. The shared model's plain random wo_a is
-// refused by name and stays bf16.
+// on cuBLAS, the fp8 model through its bf16 copy), the same bits for prefill; decode steps (1 and
+// 6 sequences: the fp8 form's tensor-core kernel, dense_fp8_tc.cu, which sums the exact products
+// in another order) close logits. The shared model's plain random wo_a is refused by name and
+// stays bf16.
 TEST(GpuModel, Fp8WoAEqualsBf16WoA) {
   DSV4_SKIP_WITHOUT_GPU();
   DSV4_GET_SHARED(s);
@@ -636,7 +636,7 @@ TEST(GpuModel, Fp8WoAEqualsBf16WoA) {
   EXPECT_EQ(int64_t((*bf16)->device_bytes()) - int64_t((*fp8)->device_bytes()),
             (wo_a_bytes - wo_a_bytes / 128) - 2 * wo_a_bytes);
   for (const std::string& line : (*fp8)->manifest()) std::printf("  %s\n", line.c_str());
-  expect_same_steps(**bf16, **fp8, /*multi_row_decode_bits=*/false);
+  expect_same_steps(**bf16, **fp8, /*decode_bits=*/false);
   EXPECT_EQ((*fp8)->allocations_after_load(), 0);
 }
 

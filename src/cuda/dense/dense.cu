@@ -272,11 +272,20 @@ bool aligned(const void* ptr, uintptr_t bytes) { return (reinterpret_cast<uintpt
 // Both formats: exactly one of w and w8.codes is set (validated by the callers).
 Status decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView w8, void* y, DenseOut out,
                    const DenseDecodeShape& s, cudaStream_t stream, int rows_per_block) {
-  if (rows_per_block != 0 && rows_per_block != 8 && rows_per_block != 16 && !(rows_per_block == 32 && w == nullptr))
-    return invalid_argument("dense_decode_gemm: rows_per_block {} (0, 8 or 16; 32 with fp8 weights)", rows_per_block);
+  if (rows_per_block != 0 && rows_per_block != kDenseForceStream && rows_per_block != 8 && rows_per_block != 16 &&
+      !(rows_per_block == 32 && w == nullptr))
+    return invalid_argument("dense_decode_gemm: rows_per_block {} (0, {} (streaming), 8 or 16; 32 with fp8 weights)",
+                            rows_per_block, kDenseForceStream);
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
-  // 1..4 rows: the weight-streaming kernel (dense_stream.cu); rows_per_block forces this one.
-  if (rows_per_block == 0 && dense_stream_supported(s, *dev, w == nullptr))
+  // Fp8 weights at 1..8 rows: the fp16 tensor-core kernel (dense_fp8_tc.cu), where it fits.
+  if (rows_per_block == 0 && w == nullptr && out == DenseOut::kBf16 && dense_fp8_tc_supported(s, *dev))
+    return dense_fp8_tc_gemm(x, w8, static_cast<__nv_bfloat16*>(y), s, stream);
+  // 1..4 rows: the weight-streaming kernel (dense_stream.cu); rows_per_block 8 or 16 force the mma one.
+  const bool stream_fits = dense_stream_supported(s, *dev, w == nullptr);
+  if (rows_per_block == kDenseForceStream && !stream_fits)
+    return invalid_argument("dense_decode_gemm: the streaming kernel does not take m {} n {} k {} groups {}", s.m, s.n,
+                            s.k, s.groups);
+  if ((rows_per_block == 0 || rows_per_block == kDenseForceStream) && stream_fits)
     return dense_stream_gemm(x, w, w8, y, out, s, stream);
   const int xr = s.m <= 8 ? 1 : s.m <= 16 ? 2 : 4;
   int nt = rows_per_block / 8;

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# fp8tc_call.sh: one device call for the fp8 wo_a tensor-core kernel (dense_fp8_tc.cu): its dense
+# tests and timings (cuda_dense_test: Fp8* and VsCublas), the model's fp8 test, then the 20-layer
+# ladder with --wo-a fp8 of the base build and of this one, alternated, and this one's bf16 ladder.
+# Carry .carry/{pack,next_new,tc}.tar.xz: the base's dsv4_new; this build's dsv4_tc,
+# cuda_dense_test_tc and gpu_model_test_tc. Output packed into $OUT/all.tgz.
+# Usage (device tool): DEADLINE=560 bash bench/fp8tc_call.sh
+set -u
+DEADLINE=${DEADLINE:-560}
+B=.carry/bin
+mkdir -p $B && tar xJf .carry/pack.tar.xz -C .carry && tar xJf .carry/next_new.tar.xz -C $B && tar xJf .carry/tc.tar.xz -C $B
+C=$(find /usr/local /opt /usr/lib -maxdepth 8 -name 'libcublas.so.13' | head -1)
+export LD_LIBRARY_PATH=$PWD/.carry/lib:$(dirname $C):/usr/local/cuda/lib64
+R=$OUT/r; mkdir -p $R
+left() { [ $((DEADLINE - SECONDS)) -gt "$1" ]; }
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total --format=csv | tee $R/env.txt
+timeout 150 $B/cuda_dense_test_tc --gtest_filter='*Fp8*:*VsCublas*:*GroupedWoA*:*RejectsUnsupported*' > $R/dense.log 2>&1
+echo "dense rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/dense.log | tr '\n' ' ')"
+grep -E "^\[ vs .*wo_a" $R/dense.log | cut -c1-130
+grep -E "Failure|FAILED|max\|d\|/tol=[1-9]" $R/dense.log | head -20
+timeout 150 $B/gpu_model_test_tc --gtest_filter='*Fp8*' > $R/model.log 2>&1
+echo "model rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/model.log | tr '\n' ' ')"
+grep -E "Failure|rel|top" $R/model.log | head -10
+lad() {  # name binary extra-args
+  local name=$1 bin=$2; shift 2
+  timeout 120 $B/$bin bench --synthetic flash --layers 20 --batch 1,32 --context 4096 "$@" --commit fp8tc \
+    --command "$bin bench --synthetic flash --layers 20 --batch 1,32 --context 4096 $*" --out $R/$name.json 2>&1 |
+    grep -E "decode B=" | sed "s/^/$name: /" | cut -c1-150
+}
+for r in 1 2; do
+  left 120 && lad base_fp8_$r dsv4_new --wo-a fp8
+  left 120 && lad tc_fp8_$r dsv4_tc --wo-a fp8
+done
+left 100 && lad tc_bf16 dsv4_tc
+tar czf $OUT/all.tgz -C $OUT r
+echo "done ${SECONDS}s"

@@ -1,0 +1,280 @@
+// dense_fp8_tc.cu: the decode GEMM of dense.h on fp8-form weights (Fp8WeightView) for 1..8 rows
+// of x on fp16 tensor cores (dense_decode_gemm_fp8 picks it at those rows; dense_internal.h).
+//
+// Why: the weight-streaming kernel (dense_stream.cu) turns each code into an fp32 weight and
+// runs CUDA-core fmas, ~7 instructions a weight; at M = 1 on the grouped wo_a that is bound by
+// instruction issue, not memory (H200: 22.9 us for 33.5 MB, ncu 33% of DRAM peak, about cuBLAS's
+// time on the bf16 weight of twice the bytes). Here a weight costs ~1/20 of an instruction:
+//   - An e4m3 code's 7 magnitude bits placed at fp16 bits 7..13 (its sign at bit 15) read as the
+//     code's value times 2^-8, subnormal codes included (as fp16 subnormals): four codes of a
+//     32-bit word become two f16x2 registers in 5 integer instructions (codes 0|2 and 1|3).
+//   - The mma operands are swapped (as in the W4A16 decode kernel): 16 weight rows are the A
+//     operand, the x rows the 8 columns of B. ldmatrix.x4 over the codes gives each lane four
+//     words: rows g and g + 8, codes 4q..4q+3 of two 16-code chunks; their 0|2 halves feed one
+//     mma and their 1|3 halves another. That permutes k inside every 32 codes; x is staged in
+//     shared memory with the same permutation, so each mma still pairs a weight with its x.
+//   - x becomes fp16 per row under a power-of-two scale that puts the row's largest values in
+//     fp16's top binade (w4a16 ptx.cuh row_scale_down; exact but for values 2^29 below the
+//     row's largest), and the results are scaled back.
+//   - Products are exact in the fp32 accumulators; each (row, 128-column group) sum is scaled
+//     by its power of two 2^(exp + 8) (exact) and added to the row's total in group order.
+// So the result is the exact products summed in fp32 in another order than the bf16 kernels':
+// close to them, not their bits (dense.h). Deterministic: fixed mma and group order, and the four
+// K warps of a row tile add their sums in warp order.
+// Block: 8 warps = 2 row tiles of 16 weight rows x 4 K warps; K warp wk owns the 128-column
+// groups wk, wk + 4, ... and streams each (16 rows x 128 codes = 2 KB) through its own ring of
+// `stages` slots (cp.async, XOR-swizzled 16-byte pieces so ldmatrix is conflict-free). The
+// first slots and the block's exponents are requested before the PDL wait. A block's 32 rows lie
+// in one group of a grouped GEMM (n % 32 == 0).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "cuda/common/arch.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/mma.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/dense/dense_internal.h"
+#include "cuda/w4a16/ptx.cuh"
+
+namespace dsv4::cuda {
+namespace {
+
+using w4a16_detail::bf16x8_max_exponent;
+using w4a16_detail::row_scale_down;
+using w4a16_detail::row_scale_up;
+
+constexpr int kRowTiles = 2, kKWarps = 4;
+constexpr int kWarps = kRowTiles * kKWarps;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBlockRows = 16 * kRowTiles;
+constexpr int kSlotBytes = 16 * 128;  // 16 weight rows x one 128-code group
+constexpr int kMaxStages = 8;
+constexpr int kMaxDevices = 64;
+
+struct TcParams {
+  const __nv_bfloat16* x;  // bf16 [m, ldx]; group g reads columns [g * xgs, + k)
+  Fp8WeightView w8;        // codes u8 [groups * n, k], exps i8 [groups * n, k / 128]
+  __nv_bfloat16* y;        // bf16 [m, ldy]; group g writes columns [g * ygs, + n)
+  int m, n, k;
+  int64_t ldx, xgs, ldy, ygs;
+  int stages;        // ring slots per warp, 2..kMaxStages
+  bool evict_first;  // weights read with L2 evict-first priority (arch.h weights_evict_first)
+};
+
+// Bytes of one staged x row: k fp16 values and 16 bytes of padding (lds.128 of 8 rows spread
+// over the banks).
+__host__ __device__ constexpr int x_row_bytes(int k) { return 2 * k + 16; }
+
+// The two f16x2 registers of a word's four codes: codes 0|2 (lo) and 1|3 (hi), each the code's
+// value times 2^-8.
+__device__ __forceinline__ void fp8x4_to_f16x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  lo = ((w << 7) & 0x3f803f80u) | ((w << 8) & 0x80008000u);
+  hi = ((w >> 1) & 0x3f803f80u) | (w & 0x80008000u);
+}
+
+__device__ __forceinline__ void cp_async_wait_pending(int pending) {
+  switch (pending) {
+    case 0: mma::cp_async_wait<0>(); break;
+    case 1: mma::cp_async_wait<1>(); break;
+    case 2: mma::cp_async_wait<2>(); break;
+    case 3: mma::cp_async_wait<3>(); break;
+    case 4: mma::cp_async_wait<4>(); break;
+    case 5: mma::cp_async_wait<5>(); break;
+    case 6: mma::cp_async_wait<6>(); break;
+    default: mma::cp_async_wait<7>(); break;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const TcParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];  // rings, then x [m][x_row_bytes], then exps
+  __shared__ float s_red[kKWarps][kBlockRows][8];          // the K warps' sums: [wk][row][x row]
+  __shared__ unsigned s_row_exp[8];                        // largest bf16 exponent field of x row r
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int rt = warp / kKWarps, wk = warp % kKWarps;
+  const int g = lane >> 2, q = lane & 3;
+  const int kg = p.k / 128;
+  const int64_t row0 = int64_t(blockIdx.x) * kBlockRows;  // first weight row of the block
+  const int grp = int(row0 / p.n);                         // the grouped GEMM's group
+  const int stages = p.stages;
+  const uint32_t ring = mma::smem_u32(smem) + uint32_t(warp * stages * kSlotBytes);
+  unsigned char* xs = smem + kWarps * stages * kSlotBytes;
+  const int xrb = x_row_bytes(p.k);
+  int8_t* es = reinterpret_cast<int8_t*>(xs + p.m * xrb);  // [kBlockRows][kg]
+  const int n_items = wk < kg ? (kg - wk + kKWarps - 1) / kKWarps : 0;
+
+  // Item i of this warp: group wk + 4 i of rows row0 + 16 rt .. + 15, 8 pieces of 16 bytes a row,
+  // piece c of row r at slot + r * 128 + ((c ^ (r & 7)) << 4).
+  const uint8_t* wrows = p.w8.codes + (row0 + 16 * rt) * int64_t(p.k);
+  auto issue = [&](int i, int slot) {
+    const int gi = wk + i * kKWarps;
+    const uint32_t dst = ring + uint32_t(slot * kSlotBytes);
+    const uint64_t pol = p.evict_first ? mma::l2_evict_first_policy() : 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int c = lane + 32 * j, r = c >> 3, pc = c & 7;
+      const uint32_t d = dst + uint32_t(r * 128 + ((pc ^ (r & 7)) << 4));
+      const uint8_t* src = wrows + int64_t(r) * p.k + gi * 128 + pc * 16;
+      if (p.evict_first) mma::cp_async16_hint(d, src, pol);
+      else mma::cp_async16(d, src, true);
+    }
+  };
+  for (int i = 0; i < stages; ++i) {
+    if (i < n_items) issue(i, i);
+    mma::cp_async_commit();
+  }
+  // The exponents are weights too: read before the wait.
+  for (int i = tid; i < kBlockRows * kg; i += kThreads) es[i] = __ldg(p.w8.exps + row0 * kg + i);
+  if (tid < 8) s_row_exp[tid] = 0;
+  __syncthreads();
+
+  // x may be the previous kernel's output: after the wait, through L2. Raw bf16 first (and each
+  // row's largest exponent), then in place to scaled fp16 in the mma's k order.
+  pdl_wait();
+  const int chunks = p.k / 8;  // 16-byte chunks of an x row
+  for (int idx = tid; idx < p.m * chunks; idx += kThreads) {
+    const int r = idx / chunks, c = idx - r * chunks;
+    const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p.x + int64_t(r) * p.ldx + int64_t(grp) * p.xgs) + c);
+    *reinterpret_cast<uint4*>(xs + r * xrb + c * 16) = v;
+    atomicMax(&s_row_exp[r], bf16x8_max_exponent(v));
+  }
+  __syncthreads();
+  // Each 32-value block: unit u (16 bytes) holds values 4u, 4u + 2, 4u + 1, 4u + 3, then the same
+  // four 16 further, so a lane's one lds.128 gives both mmas' B registers.
+  for (int idx = tid; idx < p.m * (p.k / 32); idx += kThreads) {
+    const int r = idx / (p.k / 32), b = idx - r * (p.k / 32);
+    uint4* blk = reinterpret_cast<uint4*>(xs + r * xrb + b * 64);
+    const uint4 in[4] = {blk[0], blk[1], blk[2], blk[3]};
+    const float f = row_scale_down(s_row_exp[r]);
+    auto val = [&](int e) {  // value e of the block, as fp32 times f (exact)
+      const uint32_t w = (&in[e >> 3].x)[(e & 7) >> 1];
+      return __uint_as_float((e & 1) != 0 ? (w & 0xffff0000u) : (w << 16)) * f;
+    };
+    auto pack = [&](int e0, int e1) {
+      const __half2 h = __floats2half2_rn(val(e0), val(e1));
+      return *reinterpret_cast<const uint32_t*>(&h);
+    };
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      blk[u] = make_uint4(pack(4 * u, 4 * u + 2), pack(4 * u + 1, 4 * u + 3), pack(16 + 4 * u, 16 + 4 * u + 2),
+                          pack(16 + 4 * u + 1, 16 + 4 * u + 3));
+  }
+  __syncthreads();
+
+  // ldmatrix: lane l addresses row (l & 7) + 8 ((l >> 3) & 1) of the slot, chunk 2 s + (l >> 4).
+  const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lhalf = lane >> 4;
+  const unsigned char* xrow = xs + min(g, p.m - 1) * xrb + q * 16;  // B: x row g (clamped), unit q
+  const int8_t* erow = es + (16 * rt + g) * kg;                      // exponents of rows g, g + 8
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int slot = 0;
+  for (int i = 0; i < n_items; ++i) {
+    cp_async_wait_pending(stages - 1);
+    __syncwarp();
+    const int gi = wk + i * kKWarps;
+    const uint32_t sl = ring + uint32_t(slot * kSlotBytes);
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t w[4];
+      const int chunk = 2 * s + lhalf;
+      mma::ldmatrix_x4(w, sl + uint32_t(lrow * 128 + ((chunk ^ (lrow & 7)) << 4)));
+      const uint4 xb = *reinterpret_cast<const uint4*>(xrow + (gi * 4 + s) * 64);
+      uint32_t lo[4], hi[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) fp8x4_to_f16x2(w[j], lo[j], hi[j]);
+      // w[0]: row g chunk 2s, w[1]: row g + 8 chunk 2s, w[2]: row g chunk 2s + 1, w[3]: row g + 8.
+      mma::mma_f16(d, lo, xb.x, xb.z);
+      mma::mma_f16(d, hi, xb.y, xb.w);
+    }
+    // 2^(exp + 8): the group's power of two and the codes' 2^-8.
+    const float f0 = __uint_as_float(uint32_t(int(erow[gi]) + 135) << 23);
+    const float f1 = __uint_as_float(uint32_t(int(erow[8 * kg + gi]) + 135) << 23);
+    acc[0] = fmaf(d[0], f0, acc[0]);
+    acc[1] = fmaf(d[1], f0, acc[1]);
+    acc[2] = fmaf(d[2], f1, acc[2]);
+    acc[3] = fmaf(d[3], f1, acc[3]);
+    __syncwarp();  // every lane is done with the slot before it is refilled
+    if (i + stages < n_items) issue(i + stages, slot);
+    mma::cp_async_commit();
+    slot = slot + 1 == stages ? 0 : slot + 1;
+  }
+  mma::cp_async_wait<0>();
+  // D rows g, g + 8 (weight rows), columns 2q, 2q + 1 (x rows).
+  s_red[wk][16 * rt + g][2 * q] = acc[0];
+  s_red[wk][16 * rt + g][2 * q + 1] = acc[1];
+  s_red[wk][16 * rt + g + 8][2 * q] = acc[2];
+  s_red[wk][16 * rt + g + 8][2 * q + 1] = acc[3];
+  __syncthreads();
+  {
+    const int r = tid >> 3, xr = tid & 7;  // 256 threads: 32 rows x 8 x rows
+    if (xr < p.m) {
+      float sum = s_red[0][r][xr];
+#pragma unroll
+      for (int j = 1; j < kKWarps; ++j) sum += s_red[j][r][xr];
+      const int64_t col = (row0 + r) % p.n;
+      p.y[int64_t(xr) * p.ldy + int64_t(grp) * p.ygs + col] = __float2bfloat16_rn(sum * row_scale_up(s_row_exp[xr]));
+    }
+  }
+}
+
+size_t tc_smem(int m, int k, int stages) {
+  return size_t(kWarps) * stages * kSlotBytes + size_t(m) * x_row_bytes(k) + size_t(kBlockRows) * (k / 128);
+}
+
+// The deepest ring (up to a warp's items) at which two blocks fit on an SM, else one block's.
+int tc_stages(const DenseDecodeShape& s, const DeviceInfo& dev) {
+  const int items = (s.k / 128 + kKWarps - 1) / kKWarps;
+  const size_t fixed = sizeof(float) * kKWarps * kBlockRows * 8 + 64 + dev.smem_reserved_per_block;
+  for (int st = std::min(kMaxStages, std::max(2, items)); st >= 2; --st)
+    if (2 * (tc_smem(s.m, s.k, st) + fixed) <= dev.smem_per_sm_bytes) return st;
+  for (int st = std::min(kMaxStages, std::max(2, items)); st >= 2; --st)
+    if (tc_smem(s.m, s.k, st) + fixed <= dev.smem_optin_bytes) return st;
+  return 0;
+}
+
+}  // namespace
+
+bool dense_fp8_tc_supported(const DenseDecodeShape& s, const DeviceInfo& dev) {
+  return s.m >= 1 && s.m <= kDenseFp8TcMaxRows && s.n >= kBlockRows && s.n % kBlockRows == 0 && s.k >= 128 &&
+         s.k % 128 == 0 && s.groups >= 1 && int64_t(s.groups) * s.n / kBlockRows <= INT32_MAX &&
+         tc_stages(s, dev) != 0;
+}
+
+Status dense_fp8_tc_gemm(const __nv_bfloat16* x, Fp8WeightView w8, __nv_bfloat16* y, const DenseDecodeShape& s,
+                         cudaStream_t stream) {
+  DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
+  if (!dense_fp8_tc_supported(s, *dev))
+    return invalid_argument("dense_fp8_tc_gemm: unsupported m {} n {} (a multiple of {}) k {} (a multiple of 128)", s.m,
+                            s.n, kBlockRows, s.k);
+  TcParams p;
+  p.x = x;
+  p.w8 = w8;
+  p.y = y;
+  p.m = s.m;
+  p.n = s.n;
+  p.k = s.k;
+  p.ldx = s.ldx;
+  p.xgs = s.x_group_stride;
+  p.ldy = s.ldy;
+  p.ygs = s.y_group_stride;
+  p.stages = tc_stages(s, *dev);
+  p.evict_first = weights_evict_first();
+  const size_t smem = tc_smem(s.m, s.k, p.stages);
+  static std::once_flag once[kMaxDevices];
+  static cudaError_t attr_err[kMaxDevices] = {};
+  if (dev->device < 0 || dev->device >= kMaxDevices)
+    return invalid_argument("dense_fp8_tc_gemm: device {} beyond the {} it tracks", dev->device, kMaxDevices);
+  std::call_once(once[dev->device], [&] {
+    attr_err[dev->device] = cudaFuncSetAttribute(dense_fp8_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 int(dev->smem_optin_bytes) - 8192);
+  });
+  DSV4_RETURN_IF_ERROR(cuda_status(attr_err[dev->device], "cudaFuncSetAttribute(dense_fp8_tc_kernel)"));
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  const unsigned grid = unsigned(int64_t(s.groups) * s.n / kBlockRows);
+  return launch_kernel(dense_fp8_tc_kernel, dim3(grid), dim3(kThreads), smem, stream, pdl, p, "dense_fp8_tc_kernel");
+}
+
+}  // namespace dsv4::cuda
