@@ -54,6 +54,8 @@ inline bool pdl_supported(const DeviceInfo& d) { return pdl_enabled() && d.arch 
 // Thread-block clusters with distributed shared memory (SM90): the W4A16 decode GEMM adds its
 // split-K partials through them instead of global memory (w4a16/decode_kernel.cuh).
 inline bool clusters_supported(const DeviceInfo& d) { return d.arch == GpuArch::kSm90; }
+// TMA tensor copies (cp.async.bulk.tensor) with maps from common/tensor_map.h.
+inline bool tma_supported(const DeviceInfo& d) { return d.arch == GpuArch::kSm90; }
 
 // Warpgroup MMA (wgmma): the SM90 prefill path of the W4A16 GEMM (w4a16/wgmma_kernel.cu), which
 // exists only in builds that include sm_90a (DSV4_CUDA_ARCHS containing 90 defines DSV4_HAVE_SM90A).

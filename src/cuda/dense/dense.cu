@@ -278,7 +278,7 @@ Status decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView
                             rows_per_block, kDenseForceStream);
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
   // Fp8 weights at 1..8 rows: the fp16 tensor-core kernel (dense_fp8_tc.cu), where it fits.
-  if (rows_per_block == 0 && w == nullptr && out == DenseOut::kBf16 && dense_fp8_tc_supported(s, *dev))
+  if (rows_per_block == 0 && w == nullptr && out == DenseOut::kBf16 && dense_fp8_tc_supported(s, w8, *dev))
     return dense_fp8_tc_gemm(x, w8, static_cast<__nv_bfloat16*>(y), s, stream);
   // 1..4 rows: the weight-streaming kernel (dense_stream.cu); rows_per_block 8 or 16 force the mma one.
   const bool stream_fits = dense_stream_supported(s, *dev, w == nullptr);

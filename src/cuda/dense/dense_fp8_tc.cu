@@ -23,9 +23,11 @@
 // K warps of a row tile add their sums in warp order.
 // Block: 8 warps = 2 row tiles of 16 weight rows x 4 K warps; K warp wk owns the 128-column
 // groups wk, wk + 4, ... and streams each (16 rows x 128 codes = 2 KB) through its own ring of
-// `stages` slots (cp.async, XOR-swizzled 16-byte pieces so ldmatrix is conflict-free). The
-// first slots and the block's exponents are requested before the PDL wait. A block's 32 rows lie
-// in one group of a grouped GEMM (n % 32 == 0).
+// `stages` slots, its 16-byte pieces XOR-swizzled so that ldmatrix is conflict-free: on SM90 one
+// TMA box per slot (a 2-D tensor map of the codes with the 128-byte swizzle, completing on the
+// slot's mbarrier), elsewhere 4 cp.async per lane (the first version, all cp.async, streamed the
+// H100 at 1.67 TB/s). The first slots and the block's exponents are requested before the PDL
+// wait. A block's 32 rows lie in one group of a grouped GEMM (n % 32 == 0).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -37,6 +39,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/tensor_map.h"
 #include "cuda/dense/dense_internal.h"
 #include "cuda/w4a16/ptx.cuh"
 
@@ -56,6 +59,7 @@ constexpr int kMaxStages = 8;
 constexpr int kMaxDevices = 64;
 
 struct TcParams {
+  CUtensorMap map;         // use_tma: the codes as u8 [groups * n, k], boxes of 128 x 16, 128-byte swizzle
   const __nv_bfloat16* x;  // bf16 [m, ldx]; group g reads columns [g * xgs, + k)
   Fp8WeightView w8;        // codes u8 [groups * n, k], exps i8 [groups * n, k / 128]
   __nv_bfloat16* y;        // bf16 [m, ldy]; group g writes columns [g * ygs, + n)
@@ -63,6 +67,7 @@ struct TcParams {
   int64_t ldx, xgs, ldy, ygs;
   int stages;        // ring slots per warp, 2..kMaxStages
   bool evict_first;  // weights read with L2 evict-first priority (arch.h weights_evict_first)
+  bool use_tma;      // SM90: the slots come by TMA (map), else by cp.async
 };
 
 // Bytes of one staged x row: k fp16 values and 16 bytes of padding (lds.128 of 8 rows spread
@@ -89,8 +94,9 @@ __device__ __forceinline__ void cp_async_wait_pending(int pending) {
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const TcParams p) {
-  extern __shared__ __align__(128) unsigned char smem[];  // rings, then x [m][x_row_bytes], then exps
+__global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const __grid_constant__ TcParams p) {
+  // From the first 1024-byte boundary (the TMA swizzle's period): rings, x [m][x_row_bytes], exps.
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ float s_red[kKWarps][kBlockRows][8];          // the K warps' sums: [wk][row][x row]
   __shared__ unsigned s_row_exp[8];                        // largest bf16 exponent field of x row r
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -100,6 +106,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const TcParam
   const int64_t row0 = int64_t(blockIdx.x) * kBlockRows;  // first weight row of the block
   const int grp = int(row0 / p.n);                         // the grouped GEMM's group
   const int stages = p.stages;
+  unsigned char* smem = smem_raw + ((1024 - (mma::smem_u32(smem_raw) & 1023)) & 1023);
   const uint32_t ring = mma::smem_u32(smem) + uint32_t(warp * stages * kSlotBytes);
   unsigned char* xs = smem + kWarps * stages * kSlotBytes;
   const int xrb = x_row_bytes(p.k);
@@ -109,10 +116,31 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const TcParam
   // Item i of this warp: group wk + 4 i of rows row0 + 16 rt .. + 15, 8 pieces of 16 bytes a row,
   // piece c of row r at slot + r * 128 + ((c ^ (r & 7)) << 4).
   const uint8_t* wrows = p.w8.codes + (row0 + 16 * rt) * int64_t(p.k);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ __align__(8) uint64_t s_bar[kWarps * kMaxStages];  // the warps' slot mbarriers (TMA)
+  const uint32_t bar0 = mma::smem_u32(s_bar) + uint32_t(warp * kMaxStages * 8);
+  uint32_t phases = 0;  // bit s: parity of slot s's next phase
+  if (p.use_tma) {
+    if (lane == 0) {
+      for (int i = 0; i < stages; ++i) w4a16_detail::mbar_init(bar0 + i * 8, 1);
+      w4a16_detail::fence_mbarrier_init();
+    }
+    __syncwarp();
+  }
+#endif
   auto issue = [&](int i, int slot) {
     const int gi = wk + i * kKWarps;
     const uint32_t dst = ring + uint32_t(slot * kSlotBytes);
     const uint64_t pol = p.evict_first ? mma::l2_evict_first_policy() : 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (p.use_tma) {
+      if (lane == 0) {
+        w4a16_detail::mbar_arrive_expect_tx(bar0 + slot * 8, kSlotBytes);
+        tma_load_2d(dst, &p.map, gi * 128, int(row0) + 16 * rt, bar0 + slot * 8, p.evict_first, pol);
+      }
+      return;
+    }
+#endif
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int c = lane + 32 * j, r = c >> 3, pc = c & 7;
@@ -126,8 +154,21 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const TcParam
     if (i < n_items) issue(i, i);
     mma::cp_async_commit();
   }
-  // The exponents are weights too: read before the wait.
-  for (int i = tid; i < kBlockRows * kg; i += kThreads) es[i] = __ldg(p.w8.exps + row0 * kg + i);
+  // The exponents are weights too: read before the wait, 16 bytes a thread (the block's rows are
+  // consecutive, so its 32 kg exponents are too), every load issued before any store: the loads
+  // queue behind the slots' requests, and one round trip of them in a row cost ~2 us each.
+  {
+    const uint4* esrc = reinterpret_cast<const uint4*>(p.w8.exps + row0 * kg);
+    for (int i0 = tid; i0 < 2 * kg; i0 += 4 * kThreads) {
+      uint4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (i0 + u * kThreads < 2 * kg) v[u] = __ldg(esrc + i0 + u * kThreads);
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (i0 + u * kThreads < 2 * kg) reinterpret_cast<uint4*>(es)[i0 + u * kThreads] = v[u];
+    }
+  }
   if (tid < 8) s_row_exp[tid] = 0;
   __syncthreads();
 
@@ -135,11 +176,22 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const TcParam
   // row's largest exponent), then in place to scaled fp16 in the mma's k order.
   pdl_wait();
   const int chunks = p.k / 8;  // 16-byte chunks of an x row
-  for (int idx = tid; idx < p.m * chunks; idx += kThreads) {
-    const int r = idx / chunks, c = idx - r * chunks;
-    const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p.x + int64_t(r) * p.ldx + int64_t(grp) * p.xgs) + c);
-    *reinterpret_cast<uint4*>(xs + r * xrb + c * 16) = v;
-    atomicMax(&s_row_exp[r], bf16x8_max_exponent(v));
+  for (int i0 = tid; i0 < p.m * chunks; i0 += 8 * kThreads) {
+    uint4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {  // all of a thread's loads in flight before its first store
+      const int idx = i0 + u * kThreads, r = idx / chunks, c = idx - r * chunks;
+      if (idx < p.m * chunks)
+        v[u] = __ldcg(reinterpret_cast<const uint4*>(p.x + int64_t(r) * p.ldx + int64_t(grp) * p.xgs) + c);
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int idx = i0 + u * kThreads, r = idx / chunks, c = idx - r * chunks;
+      if (idx < p.m * chunks) {
+        *reinterpret_cast<uint4*>(xs + r * xrb + c * 16) = v[u];
+        atomicMax(&s_row_exp[r], bf16x8_max_exponent(v[u]));
+      }
+    }
   }
   __syncthreads();
   // Each 32-value block: unit u (16 bytes) holds values 4u, 4u + 2, 4u + 1, 4u + 3, then the same
@@ -171,11 +223,21 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const TcParam
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int slot = 0;
   for (int i = 0; i < n_items; ++i) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (p.use_tma) {
+      w4a16_detail::mbar_wait(bar0 + slot * 8, (phases >> slot) & 1u);
+      phases ^= 1u << slot;
+    } else {
+      cp_async_wait_pending(stages - 1);
+    }
+#else
     cp_async_wait_pending(stages - 1);
+#endif
     __syncwarp();
     const int gi = wk + i * kKWarps;
     const uint32_t sl = ring + uint32_t(slot * kSlotBytes);
-    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // Two accumulator sets (codes 0|2 and 1|3): chains of 4 dependent mmas instead of 8.
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       uint32_t w[4];
@@ -187,8 +249,10 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const TcParam
       for (int j = 0; j < 4; ++j) fp8x4_to_f16x2(w[j], lo[j], hi[j]);
       // w[0]: row g chunk 2s, w[1]: row g + 8 chunk 2s, w[2]: row g chunk 2s + 1, w[3]: row g + 8.
       mma::mma_f16(d, lo, xb.x, xb.z);
-      mma::mma_f16(d, hi, xb.y, xb.w);
+      mma::mma_f16(e, hi, xb.y, xb.w);
     }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) d[j] += e[j];
     // 2^(exp + 8): the group's power of two and the codes' 2^-8.
     const float f0 = __uint_as_float(uint32_t(int(erow[gi]) + 135) << 23);
     const float f1 = __uint_as_float(uint32_t(int(erow[8 * kg + gi]) + 135) << 23);
@@ -220,14 +284,15 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const TcParam
   }
 }
 
+// Dynamic shared memory: the rings, x, the exponents and up to 1 KB to the first 1024-byte boundary.
 size_t tc_smem(int m, int k, int stages) {
-  return size_t(kWarps) * stages * kSlotBytes + size_t(m) * x_row_bytes(k) + size_t(kBlockRows) * (k / 128);
+  return size_t(kWarps) * stages * kSlotBytes + size_t(m) * x_row_bytes(k) + size_t(kBlockRows) * (k / 128) + 1024;
 }
 
 // The deepest ring (up to a warp's items) at which two blocks fit on an SM, else one block's.
 int tc_stages(const DenseDecodeShape& s, const DeviceInfo& dev) {
   const int items = (s.k / 128 + kKWarps - 1) / kKWarps;
-  const size_t fixed = sizeof(float) * kKWarps * kBlockRows * 8 + 64 + dev.smem_reserved_per_block;
+  const size_t fixed = sizeof(float) * kKWarps * kBlockRows * 8 + 64 + 8 * kWarps * kMaxStages + dev.smem_reserved_per_block;
   for (int st = std::min(kMaxStages, std::max(2, items)); st >= 2; --st)
     if (2 * (tc_smem(s.m, s.k, st) + fixed) <= dev.smem_per_sm_bytes) return st;
   for (int st = std::min(kMaxStages, std::max(2, items)); st >= 2; --st)
@@ -237,8 +302,10 @@ int tc_stages(const DenseDecodeShape& s, const DeviceInfo& dev) {
 
 }  // namespace
 
-bool dense_fp8_tc_supported(const DenseDecodeShape& s, const DeviceInfo& dev) {
-  return s.m >= 1 && s.m <= kDenseFp8TcMaxRows && s.n >= kBlockRows && s.n % kBlockRows == 0 && s.k >= 128 &&
+bool dense_fp8_tc_supported(const DenseDecodeShape& s, Fp8WeightView w8, const DeviceInfo& dev) {
+  // 16-byte aligned codes and exponents (cp.async / TMA, the exponents' 16-byte loads).
+  const bool aligned = (reinterpret_cast<uintptr_t>(w8.codes) & 15) == 0 && (reinterpret_cast<uintptr_t>(w8.exps) & 15) == 0;
+  return aligned && s.m >= 1 && s.m <= kDenseFp8TcMaxRows && s.n >= kBlockRows && s.n % kBlockRows == 0 && s.k >= 128 &&
          s.k % 128 == 0 && s.groups >= 1 && int64_t(s.groups) * s.n / kBlockRows <= INT32_MAX &&
          tc_stages(s, dev) != 0;
 }
@@ -246,10 +313,12 @@ bool dense_fp8_tc_supported(const DenseDecodeShape& s, const DeviceInfo& dev) {
 Status dense_fp8_tc_gemm(const __nv_bfloat16* x, Fp8WeightView w8, __nv_bfloat16* y, const DenseDecodeShape& s,
                          cudaStream_t stream) {
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
-  if (!dense_fp8_tc_supported(s, *dev))
-    return invalid_argument("dense_fp8_tc_gemm: unsupported m {} n {} (a multiple of {}) k {} (a multiple of 128)", s.m,
-                            s.n, kBlockRows, s.k);
-  TcParams p;
+  if (!dense_fp8_tc_supported(s, w8, *dev))
+    return invalid_argument(
+        "dense_fp8_tc_gemm: unsupported m {} n {} (a multiple of {}) k {} (a multiple of 128), or codes / exponents not "
+        "16-byte aligned",
+        s.m, s.n, kBlockRows, s.k);
+  TcParams p{};
   p.x = x;
   p.w8 = w8;
   p.y = y;
@@ -262,6 +331,9 @@ Status dense_fp8_tc_gemm(const __nv_bfloat16* x, Fp8WeightView w8, __nv_bfloat16
   p.ygs = s.y_group_stride;
   p.stages = tc_stages(s, *dev);
   p.evict_first = weights_evict_first();
+  p.use_tma = tma_supported(*dev);
+  if (p.use_tma)
+    DSV4_RETURN_IF_ERROR(encode_u8_map_sw128(w8.codes, int64_t(s.groups) * s.n, s.k, s.k, 128, 16, &p.map));
   const size_t smem = tc_smem(s.m, s.k, p.stages);
   static std::once_flag once[kMaxDevices];
   static cudaError_t attr_err[kMaxDevices] = {};

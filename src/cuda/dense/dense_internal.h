@@ -24,9 +24,10 @@ bool dense_stream_supported(const DenseDecodeShape& s, const DeviceInfo& dev, bo
 Status dense_stream_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView w8, void* y, DenseOut out,
                          const DenseDecodeShape& s, cudaStream_t stream);
 
-// Whether dense_fp8_tc_gemm takes the shape on `dev`: 1..8 rows, n a multiple of 32 (a block's
-// rows lie in one group), k a multiple of 128, its shared memory. dense_decode_supported must hold.
-bool dense_fp8_tc_supported(const DenseDecodeShape& s, const DeviceInfo& dev);
+// Whether dense_fp8_tc_gemm takes the shape and weight on `dev`: 1..8 rows, n a multiple of 32
+// (a block's rows lie in one group), k a multiple of 128, codes and exponents 16-byte aligned,
+// its shared memory. dense_decode_supported must hold.
+bool dense_fp8_tc_supported(const DenseDecodeShape& s, Fp8WeightView w8, const DeviceInfo& dev);
 
 // y bf16 = x . W^T on the fp8 form of W on fp16 tensor cores: the exact products, summed in
 // fp32 in another order than the bf16 kernels (close to their result, not its bits).

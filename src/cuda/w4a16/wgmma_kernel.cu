@@ -35,6 +35,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/tensor_map.h"
 #include "cuda/w4a16/gemm_internal.h"
 #include "cuda/w4a16/moe_epilogue.cuh"
 #include "cuda/w4a16/ptx.cuh"
@@ -128,16 +129,6 @@ __device__ __forceinline__ int scale_pos(int c) { return ((c & 7) >> 1) * 16 + (
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-
-// One box of a 2-D tensor map at (c0, c1) by the TMA unit, completing on `bar` (the mbarrier and
-// bulk-copy helpers are in ptx.cuh).
-__device__ __forceinline__ void tma_2d_g2s(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
 }
 
 // The kernel's parameter: the family's argument block, and for a dense GEMM the tensor map of x
@@ -237,8 +228,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) w4a16_wgmma_kernel(const __g
   };
   auto bulk_x = [&](int g) {
     const uint32_t base = sbase + (g % T::kStages) * T::kStageBytes, bar = full_bar(g % T::kStages);
-    tma_2d_g2s(base, &wp.x_map, g * 128, row_begin, bar);
-    tma_2d_g2s(base + kHalfBytes, &wp.x_map, g * 128 + 64, row_begin, bar);
+    tma_load_2d(base, &wp.x_map, g * 128, row_begin, bar, false, 0);
+    tma_load_2d(base + kHalfBytes, &wp.x_map, g * 128 + 64, row_begin, bar, false, 0);
   };
   // cp.async: producer thread ptid copies weight entries ptid and ptid + 128 of each tile, the
   // scales' 16-byte chunk ptid (kTiles x 8), and x rows (ptid >> 4) + 8 i, chunk ptid & 15 (16
@@ -531,22 +522,6 @@ Status query_wg(GemmConfigInfo* info, const char* name) {
   ci.split_k = false;
   *info = ci;
   return Status::ok();
-}
-
-// cuTensorMapEncodeTiled, looked up once through the runtime (a pure host-side encoder).
-Result<PFN_cuTensorMapEncodeTiled_v12000> tensor_map_encoder() {
-  static std::once_flag once;
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-  static cudaError_t err = cudaSuccess;
-  std::call_once(once, [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q);
-    if (err == cudaSuccess && q != cudaDriverEntryPointSuccess) err = cudaErrorSymbolNotFound;
-    fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  });
-  if (err != cudaSuccess) return cuda_status(err, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
-  return fn;
 }
 
 // The tensor map of a dense GEMM's x: [m rows, k] bf16 with row stride lda, boxes of 64 k x 128

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# fp8tc_ab.sh: two builds of the fp8 tensor-core kernel (dense_fp8_tc.cu) against each other and
+# the base in one device call: the newer one's fp8 dense and model tests, both one's wo_a timings
+# (cuda_dense_test VsCublas), an ncu profile of the newer kernel, and the 20-layer B = 1 and 32
+# ladder with --wo-a fp8 of base, older and newer build alternated twice.
+# Carry .carry/{pack,next_new,tc,tc3}.tar.xz: dsv4_new (base); dsv4_tc, cuda_dense_test_tc (older);
+# dsv4_tc3, cuda_dense_test_tc3, gpu_model_test_tc3 (newer). Output packed into $OUT/all.tgz.
+# Usage (device tool): DEADLINE=560 bash bench/fp8tc_ab.sh
+set -u
+DEADLINE=${DEADLINE:-560}
+B=.carry/bin
+mkdir -p $B && tar xJf .carry/pack.tar.xz -C .carry
+for t in next_new tc tc3; do tar xJf .carry/$t.tar.xz -C $B; done
+C=$(find /usr/local /opt /usr/lib -maxdepth 8 -name 'libcublas.so.13' | head -1)
+export LD_LIBRARY_PATH=$PWD/.carry/lib:$(dirname $C):/usr/local/cuda/lib64
+R=$OUT/r; mkdir -p $R
+left() { [ $((DEADLINE - SECONDS)) -gt "$1" ]; }
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total --format=csv | tee $R/env.txt
+timeout 120 $B/cuda_dense_test_tc3 --gtest_filter='*Fp8*:*GroupedWoA*:*RejectsUnsupported*:*EdgeShapes*' > $R/dense_tc3.log 2>&1
+echo "dense tc3 rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/dense_tc3.log | tr '\n' ' ')"
+grep -E "Failure" -A3 $R/dense_tc3.log | head -12
+for v in tc tc3 tc tc3; do
+  timeout 100 $B/cuda_dense_test_$v --gtest_filter='*VsCublas*' 2>&1 | grep -E "^\[ vs .*wo_a .*(fp8 tc|fp8 stream|cublas)" | sed "s/^/$v: /" | cut -c1-120
+done
+timeout 150 $B/gpu_model_test_tc3 --gtest_filter='*Fp8*' > $R/model_tc3.log 2>&1
+echo "model tc3 rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/model_tc3.log | tr '\n' ' ')"
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+if [ -n "$NCU" ] && left 300; then
+  timeout 90 $NCU --clock-control none --kernel-name dense_fp8_tc_kernel --launch-count 1 --section SpeedOfLight \
+    --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy \
+    $B/cuda_dense_test_tc3 --gtest_filter='*Fp8TensorCoreKernel*' > $R/ncu_tc3.txt 2>&1
+  echo "ncu rc=$?"
+  grep -E "Duration|DRAM Throughput|Issued Warp|No Eligible|Registers Per|Warp Cycles Per Issued|stalled" $R/ncu_tc3.txt | head -12
+fi
+lad() {  # name binary extra-args
+  local name=$1 bin=$2; shift 2
+  timeout 120 $B/$bin bench --synthetic flash --layers 20 --batch 1,32 --context 4096 "$@" --commit fp8tc \
+    --command "$bin bench --synthetic flash --layers 20 --batch 1,32 --context 4096 $*" --out $R/$name.json 2>&1 |
+    grep -E "decode B=.*graph" | sed "s/^/$name: /" | cut -c1-150
+}
+for r in 1 2; do
+  for v in new tc tc3; do left 80 && lad ${v}_fp8_$r dsv4_$v --wo-a fp8; done
+done
+tar czf $OUT/all.tgz -C $OUT r
+echo "done ${SECONDS}s"
