@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fp8tc_ab.sh: two builds of the fp8 tensor-core kernel (dense_fp8_tc.cu) against each other and
+# fp8tc_ab.sh: two builds of the fp8 tensor-core kernel (dense_tc.cu) against each other and
 # the base in one device call: the newer one's fp8 dense and model tests, both one's wo_a timings
 # (cuda_dense_test VsCublas), an ncu profile of the newer kernel, and the 20-layer B = 1 and 32
 # ladder with --wo-a fp8 of base, older and newer build alternated twice.
@@ -19,14 +19,17 @@ nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total --forma
 timeout 120 $B/cuda_dense_test_tc3 --gtest_filter='*Fp8*:*GroupedWoA*:*RejectsUnsupported*:*EdgeShapes*' > $R/dense_tc3.log 2>&1
 echo "dense tc3 rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/dense_tc3.log | tr '\n' ' ')"
 grep -E "Failure" -A3 $R/dense_tc3.log | head -12
+n=0
 for v in tc tc3 tc tc3; do
-  timeout 100 $B/cuda_dense_test_$v --gtest_filter='*VsCublas*' 2>&1 | grep -E "^\[ vs .*wo_a .*(fp8 tc|fp8 stream|cublas)" | sed "s/^/$v: /" | cut -c1-120
+  n=$((n + 1))
+  timeout 100 $B/cuda_dense_test_$v --gtest_filter='*VsCublas*' > $R/vs_${v}_$n.log 2>&1
+  grep -E "^\[ vs .*M=(1|8) .*(fp8 tc|fp8 stream|cublas|dense  |dense tc)" $R/vs_${v}_$n.log | sed "s/^/$v: /" | cut -c1-105
 done
 timeout 150 $B/gpu_model_test_tc3 --gtest_filter='*Fp8*' > $R/model_tc3.log 2>&1
 echo "model tc3 rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/model_tc3.log | tr '\n' ' ')"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 if [ -n "$NCU" ] && left 300; then
-  timeout 90 $NCU --clock-control none --kernel-name dense_fp8_tc_kernel --launch-count 1 --section SpeedOfLight \
+  timeout 90 $NCU --clock-control none --kernel-name regex:"dense_(fp8_)?tc_kernel" --launch-count 1 --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy \
     $B/cuda_dense_test_tc3 --gtest_filter='*Fp8TensorCoreKernel*' > $R/ncu_tc3.txt 2>&1
   echo "ncu rc=$?"

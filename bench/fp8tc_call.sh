@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fp8tc_call.sh: one device call for the fp8 wo_a tensor-core kernel (dense_fp8_tc.cu): its dense
+# fp8tc_call.sh: one device call for the fp8 wo_a tensor-core kernel (dense_tc.cu): its dense
 # tests and timings (cuda_dense_test: Fp8* and VsCublas), the model's fp8 test, then the 20-layer
 # ladder with --wo-a fp8 of the base build and of this one, alternated, and this one's bf16 ladder.
 # Carry .carry/{pack,next_new,tc}.tar.xz: the base's dsv4_new; this build's dsv4_tc,

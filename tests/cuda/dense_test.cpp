@@ -216,7 +216,10 @@ TEST(DenseDecode, GroupedWoA) {
   // Flash: 8 groups, o_lora_rank 1024, group_in_dim 4096; o [T, 8 * 4096], u [T, 8 * 1024].
   const Problem p = make_problem(1024, 4096, 8, 8 * 4096, 4096, 8 * 1024, 1024, 101);
   for (int m : kRealM)
-    for (int rpb : {0, 8, 16}) check("wo_a", p, m, DenseOut::kBf16, rpb);
+    for (int rpb : {0, 8, 16, kDenseForceTc}) {
+      if (rpb == kDenseForceTc && m > kDenseTcMaxRows) continue;
+      check("wo_a", p, m, DenseOut::kBf16, rpb);
+    }
   for (int m : {1, 32}) time_it("wo_a", p, m, DenseOut::kBf16);
 }
 
@@ -226,7 +229,10 @@ TEST(DenseDecode, CompressedProjections) {
     const Problem p = make_problem(n, 4096, 1, 4096, 0, n, 0, 202 + uint64_t(n));
     const char* name = n == 2624 ? "proj_csa" : "proj_hca";
     for (int m : kRealM)
-      for (int rpb : {0, 8, 16}) check(name, p, m, DenseOut::kF32, rpb);
+      for (int rpb : {0, 8, 16, kDenseForceTc}) {
+        if (rpb == kDenseForceTc && m > kDenseTcMaxRows) continue;
+        check(name, p, m, DenseOut::kF32, rpb);
+      }
     for (int m : {1, 32}) time_it(name, p, m, DenseOut::kF32);
   }
 }
@@ -304,11 +310,12 @@ TEST(DenseDecode, Fp8WeightsGiveTheBf16Bits) {
     }
 }
 
-// The fp16 tensor-core kernel (dense_fp8_tc.cu, what rows_per_block 0 picks for fp8 weights at
-// 1..8 rows where n % 32 == 0) against the reference, with the contract's tolerance, on wo_a and
-// on shapes where K warps own unequal group counts or none (k = 128, 384, 640), padded strides
-// and several groups; x rows of very different magnitudes (2^+-40, 2^+-100, a zero row) for the
-// per-row fp16 scaling. check() also asserts the poison outside the output and repeatable bits.
+// The tensor-core kernel (dense_tc.cu: what rows_per_block 0 picks for fp8 weights at 1..8 rows
+// where n % 32 == 0; kDenseForceTc for bf16 weights, bf16 and f32 out) against the reference, with
+// the contract's tolerance, on wo_a and on shapes where K warps own unequal slot counts or none
+// (k = 128, 192, 384, 640), padded strides and several groups; x rows of very different magnitudes
+// (2^+-40, 2^+-100, a zero row) for the fp8 form's per-row fp16 scaling. check() also asserts the
+// poison outside the output and repeatable bits.
 TEST(DenseDecode, Fp8TensorCoreKernel) {
   DSV4_SKIP_WITHOUT_GPU();
   const Case cases[] = {
@@ -321,7 +328,19 @@ TEST(DenseDecode, Fp8TensorCoreKernel) {
   const std::vector<int> exps = {0, 40, -40, 100, -100, 7, -7, 0};
   for (const Case& c : cases) {
     const Problem p = make_problem(c.n, c.k, c.groups, c.ldx, c.xgs, c.ldy, c.ygs, 411, /*fp8=*/true, exps);
-    for (int m = 1; m <= kDenseFp8TcMaxRows; ++m) check(c.name, p, m, DenseOut::kBf16, 0, /*fp8=*/true);
+    for (int m = 1; m <= kDenseTcMaxRows; ++m) check(c.name, p, m, DenseOut::kBf16, 0, /*fp8=*/true);
+  }
+  // The bf16 form of the kernel on the same shapes (k a multiple of 64 here too), both outputs.
+  for (const Case& c : cases) {
+    const Problem p = make_problem(c.n, c.k, c.groups, c.ldx, c.xgs, c.ldy, c.ygs, 413, /*fp8=*/false, exps);
+    for (int m : {1, 2, 5, 8}) {
+      check(c.name, p, m, DenseOut::kBf16, kDenseForceTc);
+      check(c.name, p, m, DenseOut::kF32, kDenseForceTc);
+    }
+  }
+  {
+    const Problem p = make_problem(96, 64 * 3, 1, 64 * 3, 0, 96, 0, 414, /*fp8=*/false, exps);  // k = 192
+    for (int m : {1, 8}) check("n96_k192", p, m, DenseOut::kF32, kDenseForceTc);
   }
   // A zero row among others.
   Problem z = make_problem(64, 512, 1, 512, 0, 64, 0, 412, /*fp8=*/true, {3, 0, -3});
@@ -329,6 +348,14 @@ TEST(DenseDecode, Fp8TensorCoreKernel) {
   z.d_x = upload_vector(to_bf16(z.x));
   for (int j = 0; j < 64; ++j) z.ref[size_t(64 + j)] = z.absdot[size_t(64 + j)] = 0.0;
   check("zero_row", z, 3, DenseOut::kBf16, 0, /*fp8=*/true);
+  // Forcing the streaming kernel past its rows is refused with a message, not run elsewhere.
+  DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(z.shape.ldy) * 2);
+  DenseDecodeShape s5 = z.shape;
+  s5.m = 5;
+  const Status st = dense_decode_gemm_fp8(z.d_x.as<__nv_bfloat16>(), z.w8(), d_y.get(), DenseOut::kBf16, s5, nullptr,
+                                          kDenseForceStream);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.to_string().find("streaming kernel does not take"), std::string::npos) << st.to_string();
 }
 
 TEST(DenseDecode, Fp8ToBf16GivesTheExactValues) {
@@ -541,12 +568,13 @@ TEST(DenseDecode, VsCublas) {
         std::printf("[ vs    ] %-8s M=%-2d %-12s median %7.2f us  mean %7.2f us  %7.1f GB/s  (%d copies of %.1f MB)\n",
                     ts.name, m, who, t.first, t.second, double(wbytes) / t.first * 1e-3, copies, double(wbytes) * 1e-6);
       };
-      for (int rpb : {0, 8, 16}) {
+      for (int rpb : {0, 8, 16, kDenseForceTc}) {
+        if (rpb == kDenseForceTc && m > kDenseTcMaxRows) continue;
         const auto t = time_calls(stream, [&](int i) {
           const Status st = dense_decode_gemm(x, weights(i), d_y.get(), out, s, stream, rpb);
           EXPECT_TRUE(st.is_ok()) << st.to_string();
         });
-        report(rpb == 0 ? "dense" : rpb == 8 ? "dense rpb8" : "dense rpb16", t);
+        report(rpb == 0 ? "dense" : rpb == 8 ? "dense rpb8" : rpb == 16 ? "dense rpb16" : "dense tc", t);
       }
       if (ts.bf16_out) {  // wo_a in the fp8 form: half the bytes (GB/s below: of the bf16 bytes)
         for (int rpb : {0, kDenseForceStream, 16, 32}) {

@@ -581,7 +581,7 @@ TEST(GpuModel, CompressorBranchEqualsOneStream) {
 // real W4A16 export does (make-model --wo-a-from-fp8): against the bf16 weight on the same
 // kernels (dense_decode "woa,proj": the dense decode kernels for decode batches; prefill chunks
 // on cuBLAS, the fp8 model through its bf16 copy), the same bits for prefill; decode steps (1 and
-// 6 sequences: the fp8 form's tensor-core kernel, dense_fp8_tc.cu, which sums the exact products
+// 6 sequences: the fp8 form's tensor-core kernel, dense_tc.cu, which sums the exact products
 // in another order) close logits. The shared model's plain random wo_a is refused by name and
 // stays bf16.
 TEST(GpuModel, Fp8WoAEqualsBf16WoA) {

@@ -38,17 +38,19 @@ bool dense_decode_supported(const DenseDecodeShape& s, const void* x, const void
 // (dense_stream.cu: 1..4 rows, where its shared memory fits) on the current device.
 bool dense_decode_streams(const DenseDecodeShape& s);
 
-// rows_per_block value that forces the weight-streaming kernel (1..4 rows; refused where it does
-// not fit), for tests and benchmarks that compare kernels.
+// rows_per_block values that force the weight-streaming kernel (1..4 rows) or the tensor-core
+// kernel (1..kDenseTcMaxRows rows, n a multiple of 32, k of 64 (bf16) or 128 (fp8)); refused where
+// the kernel does not take the shape. For tests and benchmarks that compare kernels.
 inline constexpr int kDenseForceStream = 1;
-// Rows of x up to which fp8-form weights run on the tensor-core kernel (dense_decode_gemm_fp8).
-inline constexpr int kDenseFp8TcMaxRows = 8;
+inline constexpr int kDenseForceTc = 2;
+// Rows of x up to which the tensor-core kernel runs (what 0 picks for fp8-form weights).
+inline constexpr int kDenseTcMaxRows = 8;
 
 // y (bf16 or f32, per `out`)[m, g * y_group_stride + j] = sum_kk x[m, g * x_group_stride + kk] .
 // w[(g * n + j) * k + kk], for m < s.m, g < s.groups, j < s.n; nothing else of y is written.
 // rows_per_block: 0 picks the kernel and tile by shape (1..4 rows: the weight-streaming kernel
-// of dense_stream.cu where it fits); kDenseForceStream that kernel; 8 or 16 force the mma kernel
-// with that tile height (tests).
+// of dense_stream.cu where it fits); kDenseForceStream and kDenseForceTc force those kernels; 8
+// or 16 force the mma kernel with that tile height (tests).
 Status dense_decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DenseOut out,
                          const DenseDecodeShape& s, cudaStream_t stream, int rows_per_block = 0);
 
@@ -62,7 +64,7 @@ struct Fp8WeightView {
 
 // dense_decode_gemm on the fp8 form of W, bf16 out (the one such weight is wo_a; DenseOut::kF32
 // is refused), k a multiple of 128. Half the weight bytes of the bf16 GEMM. rows_per_block 0 at
-// 1..8 rows (n a multiple of 32) runs the fp16 tensor-core kernel (dense_fp8_tc.cu): the exact
+// 1..8 rows (n a multiple of 32) runs the fp16 tensor-core kernel (dense_tc.cu): the exact
 // products summed in fp32 in its own order, close to the bf16 result, not its bits. The streaming
 // kernel (kDenseForceStream) and the mma kernel (8, 16) turn each code back into the exact weight
 // (fp32: the code's bits times 2^(exp + 120), one exact multiply; the mma kernel then packs it

@@ -1,7 +1,7 @@
 // dense_internal.h: the kernels behind dense_decode_gemm (dense.h): the mma kernel of dense.cu
 // for up to 32 rows of x, the weight-streaming kernel of dense_stream.cu for 1..4 rows, which
-// dense_decode_gemm takes where it fits, and for fp8-form weights at 1..8 rows the fp16
-// tensor-core kernel of dense_fp8_tc.cu.
+// dense_decode_gemm takes where it fits, and the tensor-core kernel of dense_tc.cu for 1..8 rows
+// (fp8-form weights, and bf16 weights where dense.cu's dispatch says).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -24,14 +24,16 @@ bool dense_stream_supported(const DenseDecodeShape& s, const DeviceInfo& dev, bo
 Status dense_stream_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView w8, void* y, DenseOut out,
                          const DenseDecodeShape& s, cudaStream_t stream);
 
-// Whether dense_fp8_tc_gemm takes the shape and weight on `dev`: 1..8 rows, n a multiple of 32
-// (a block's rows lie in one group), k a multiple of 128, codes and exponents 16-byte aligned,
-// its shared memory. dense_decode_supported must hold.
-bool dense_fp8_tc_supported(const DenseDecodeShape& s, Fp8WeightView w8, const DeviceInfo& dev);
+// Whether dense_tc_gemm takes the shape and weight (bf16 w, or the fp8 form w8 when w is null)
+// on `dev`: 1..kDenseTcMaxRows rows, n a multiple of 32 (a block's rows lie in one group), k a
+// multiple of 128 (fp8) or 64 (bf16), weights (and exponents) 16-byte aligned, its shared memory.
+// dense_decode_supported must hold as well.
+bool dense_tc_supported(const DenseDecodeShape& s, const void* w, Fp8WeightView w8, const DeviceInfo& dev);
 
-// y bf16 = x . W^T on the fp8 form of W on fp16 tensor cores: the exact products, summed in
-// fp32 in another order than the bf16 kernels (close to their result, not its bits).
-Status dense_fp8_tc_gemm(const __nv_bfloat16* x, Fp8WeightView w8, __nv_bfloat16* y, const DenseDecodeShape& s,
-                         cudaStream_t stream);
+// y = x . W^T on tensor cores: the exact products summed in fp32 in another order than the other
+// kernels (close to their result, not its bits). Exactly one of w (bf16) and w8.codes (fp8 form;
+// bf16 out only) is set.
+Status dense_tc_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView w8, void* y, DenseOut out,
+                     const DenseDecodeShape& s, cudaStream_t stream);
 
 }  // namespace dsv4::cuda

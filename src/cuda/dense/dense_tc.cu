@@ -1,5 +1,5 @@
-// dense_fp8_tc.cu: the decode GEMM of dense.h on fp8-form weights (Fp8WeightView) for 1..8 rows
-// of x on fp16 tensor cores (dense_decode_gemm_fp8 picks it at those rows; dense_internal.h).
+// dense_tc.cu: the decode GEMM of dense.h for 1..8 rows of x on tensor cores, for fp8-form weights
+// (Fp8WeightView: fp16 mmas) and bf16 weights (bf16 mmas); dense_internal.h says where it runs.
 //
 // Why: the weight-streaming kernel (dense_stream.cu) turns each code into an fp32 weight and
 // runs CUDA-core fmas, ~7 instructions a weight; at M = 1 on the grouped wo_a that is bound by
@@ -59,10 +59,11 @@ constexpr int kMaxStages = 8;
 constexpr int kMaxDevices = 64;
 
 struct TcParams {
-  CUtensorMap map;         // use_tma: the codes as u8 [groups * n, k], boxes of 128 x 16, 128-byte swizzle
+  CUtensorMap map;         // use_tma: W's bytes as u8 [groups * n, row bytes], boxes of 128 x 16, 128-byte swizzle
   const __nv_bfloat16* x;  // bf16 [m, ldx]; group g reads columns [g * xgs, + k)
-  Fp8WeightView w8;        // codes u8 [groups * n, k], exps i8 [groups * n, k / 128]
-  __nv_bfloat16* y;        // bf16 [m, ldy]; group g writes columns [g * ygs, + n)
+  Fp8WeightView w8;        // kFp8: codes u8 [groups * n, k], exps i8 [groups * n, k / 128]
+  const __nv_bfloat16* w;  // !kFp8: bf16 [groups * n, k]
+  void* y;                 // bf16 (kBf16Out) or f32 [m, ldy]; group g writes columns [g * ygs, + n)
   int m, n, k;
   int64_t ldx, xgs, ldy, ygs;
   int stages;        // ring slots per warp, 2..kMaxStages
@@ -94,7 +95,12 @@ __device__ __forceinline__ void cp_async_wait_pending(int pending) {
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const __grid_constant__ TcParams p) {
+// kFp8: W in the fp8 form (above); otherwise bf16 W: ldmatrix gives the mma's A operand as it is,
+// x stays bf16 in its own order, and a slot is 16 rows x 64 values (the same 128 bytes a row).
+template <bool kFp8, bool kBf16Out>
+__global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_constant__ TcParams p) {
+  constexpr int kSlotK = kFp8 ? 128 : 64;  // k per slot row (128 bytes)
+  constexpr int kElemBytes = kFp8 ? 1 : 2;
   // From the first 1024-byte boundary (the TMA swizzle's period): rings, x [m][x_row_bytes], exps.
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ float s_red[kKWarps][kBlockRows][8];          // the K warps' sums: [wk][row][x row]
@@ -102,7 +108,8 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const __grid_
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int rt = warp / kKWarps, wk = warp % kKWarps;
   const int g = lane >> 2, q = lane & 3;
-  const int kg = p.k / 128;
+  const int kg = p.k / 128;  // kFp8: exponents per row
+  const int ks = p.k / kSlotK;  // slots along k
   const int64_t row0 = int64_t(blockIdx.x) * kBlockRows;  // first weight row of the block
   const int grp = int(row0 / p.n);                         // the grouped GEMM's group
   const int stages = p.stages;
@@ -110,12 +117,13 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const __grid_
   const uint32_t ring = mma::smem_u32(smem) + uint32_t(warp * stages * kSlotBytes);
   unsigned char* xs = smem + kWarps * stages * kSlotBytes;
   const int xrb = x_row_bytes(p.k);
-  int8_t* es = reinterpret_cast<int8_t*>(xs + p.m * xrb);  // [kBlockRows][kg]
-  const int n_items = wk < kg ? (kg - wk + kKWarps - 1) / kKWarps : 0;
+  int8_t* es = reinterpret_cast<int8_t*>(xs + p.m * xrb);  // kFp8: [kBlockRows][kg]
+  const int n_items = wk < ks ? (ks - wk + kKWarps - 1) / kKWarps : 0;
 
-  // Item i of this warp: group wk + 4 i of rows row0 + 16 rt .. + 15, 8 pieces of 16 bytes a row,
-  // piece c of row r at slot + r * 128 + ((c ^ (r & 7)) << 4).
-  const uint8_t* wrows = p.w8.codes + (row0 + 16 * rt) * int64_t(p.k);
+  // Item i of this warp: slot column wk + 4 i (fp8: that 128-column group) of rows row0 + 16 rt ..
+  // + 15, 8 pieces of 16 bytes a row, piece c of row r at slot + r * 128 + ((c ^ (r & 7)) << 4).
+  const int64_t row_bytes = int64_t(p.k) * kElemBytes;
+  const uint8_t* wrows = (kFp8 ? p.w8.codes : reinterpret_cast<const uint8_t*>(p.w)) + (row0 + 16 * rt) * row_bytes;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ __align__(8) uint64_t s_bar[kWarps * kMaxStages];  // the warps' slot mbarriers (TMA)
   const uint32_t bar0 = mma::smem_u32(s_bar) + uint32_t(warp * kMaxStages * 8);
@@ -145,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const __grid_
     for (int j = 0; j < 4; ++j) {
       const int c = lane + 32 * j, r = c >> 3, pc = c & 7;
       const uint32_t d = dst + uint32_t(r * 128 + ((pc ^ (r & 7)) << 4));
-      const uint8_t* src = wrows + int64_t(r) * p.k + gi * 128 + pc * 16;
+      const uint8_t* src = wrows + int64_t(r) * row_bytes + gi * 128 + pc * 16;
       if (p.evict_first) mma::cp_async16_hint(d, src, pol);
       else mma::cp_async16(d, src, true);
     }
@@ -157,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const __grid_
   // The exponents are weights too: read before the wait, 16 bytes a thread (the block's rows are
   // consecutive, so its 32 kg exponents are too), every load issued before any store: the loads
   // queue behind the slots' requests, and one round trip of them in a row cost ~2 us each.
-  {
+  if constexpr (kFp8) {
     const uint4* esrc = reinterpret_cast<const uint4*>(p.w8.exps + row0 * kg);
     for (int i0 = tid; i0 < 2 * kg; i0 += 4 * kThreads) {
       uint4 v[4];
@@ -189,14 +197,14 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const __grid_
       const int idx = i0 + u * kThreads, r = idx / chunks, c = idx - r * chunks;
       if (idx < p.m * chunks) {
         *reinterpret_cast<uint4*>(xs + r * xrb + c * 16) = v[u];
-        atomicMax(&s_row_exp[r], bf16x8_max_exponent(v[u]));
+        if constexpr (kFp8) atomicMax(&s_row_exp[r], bf16x8_max_exponent(v[u]));
       }
     }
   }
   __syncthreads();
   // Each 32-value block: unit u (16 bytes) holds values 4u, 4u + 2, 4u + 1, 4u + 3, then the same
   // four 16 further, so a lane's one lds.128 gives both mmas' B registers.
-  for (int idx = tid; idx < p.m * (p.k / 32); idx += kThreads) {
+  for (int idx = tid; kFp8 && idx < p.m * (p.k / 32); idx += kThreads) {
     const int r = idx / (p.k / 32), b = idx - r * (p.k / 32);
     uint4* blk = reinterpret_cast<uint4*>(xs + r * xrb + b * 64);
     const uint4 in[4] = {blk[0], blk[1], blk[2], blk[3]};
@@ -218,8 +226,9 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const __grid_
 
   // ldmatrix: lane l addresses row (l & 7) + 8 ((l >> 3) & 1) of the slot, chunk 2 s + (l >> 4).
   const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lhalf = lane >> 4;
-  const unsigned char* xrow = xs + min(g, p.m - 1) * xrb + q * 16;  // B: x row g (clamped), unit q
-  const int8_t* erow = es + (16 * rt + g) * kg;                      // exponents of rows g, g + 8
+  // B: x row g (clamped); kFp8: its unit q of each 32-value block, else its values 2q, 2q + 1.
+  const unsigned char* xrow = xs + min(g, p.m - 1) * xrb + (kFp8 ? q * 16 : q * 4);
+  const int8_t* erow = es + (16 * rt + g) * kg;  // kFp8: exponents of rows g, g + 8
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int slot = 0;
   for (int i = 0; i < n_items; ++i) {
@@ -236,30 +245,43 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const __grid_
     __syncwarp();
     const int gi = wk + i * kKWarps;
     const uint32_t sl = ring + uint32_t(slot * kSlotBytes);
-    // Two accumulator sets (codes 0|2 and 1|3): chains of 4 dependent mmas instead of 8.
+    // Two accumulator sets: chains of 4 dependent mmas instead of 8 (fp8: codes 0|2 and 1|3; bf16:
+    // even and odd k16 steps).
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       uint32_t w[4];
       const int chunk = 2 * s + lhalf;
-      mma::ldmatrix_x4(w, sl + uint32_t(lrow * 128 + ((chunk ^ (lrow & 7)) << 4)));
-      const uint4 xb = *reinterpret_cast<const uint4*>(xrow + (gi * 4 + s) * 64);
-      uint32_t lo[4], hi[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) fp8x4_to_f16x2(w[j], lo[j], hi[j]);
       // w[0]: row g chunk 2s, w[1]: row g + 8 chunk 2s, w[2]: row g chunk 2s + 1, w[3]: row g + 8.
-      mma::mma_f16(d, lo, xb.x, xb.z);
-      mma::mma_f16(e, hi, xb.y, xb.w);
+      mma::ldmatrix_x4(w, sl + uint32_t(lrow * 128 + ((chunk ^ (lrow & 7)) << 4)));
+      if constexpr (kFp8) {
+        const uint4 xb = *reinterpret_cast<const uint4*>(xrow + (gi * 4 + s) * 64);
+        uint32_t lo[4], hi[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) fp8x4_to_f16x2(w[j], lo[j], hi[j]);
+        mma::mma_f16(d, lo, xb.x, xb.z);
+        mma::mma_f16(e, hi, xb.y, xb.w);
+      } else {
+        // k16 step s of the slot: x values 64 gi + 16 s + 2q (+1) and 8 further.
+        const unsigned char* xv = xrow + (gi * 64 + 16 * s) * 2;
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xv), b1 = *reinterpret_cast<const uint32_t*>(xv + 16);
+        mma::mma_bf16((s & 1) != 0 ? e : d, w, b0, b1);
+      }
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) d[j] += e[j];
-    // 2^(exp + 8): the group's power of two and the codes' 2^-8.
-    const float f0 = __uint_as_float(uint32_t(int(erow[gi]) + 135) << 23);
-    const float f1 = __uint_as_float(uint32_t(int(erow[8 * kg + gi]) + 135) << 23);
-    acc[0] = fmaf(d[0], f0, acc[0]);
-    acc[1] = fmaf(d[1], f0, acc[1]);
-    acc[2] = fmaf(d[2], f1, acc[2]);
-    acc[3] = fmaf(d[3], f1, acc[3]);
+    if constexpr (kFp8) {
+      // 2^(exp + 8): the group's power of two and the codes' 2^-8.
+      const float f0 = __uint_as_float(uint32_t(int(erow[gi]) + 135) << 23);
+      const float f1 = __uint_as_float(uint32_t(int(erow[8 * kg + gi]) + 135) << 23);
+      acc[0] = fmaf(d[0], f0, acc[0]);
+      acc[1] = fmaf(d[1], f0, acc[1]);
+      acc[2] = fmaf(d[2], f1, acc[2]);
+      acc[3] = fmaf(d[3], f1, acc[3]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[j] += d[j];
+    }
     __syncwarp();  // every lane is done with the slot before it is refilled
     if (i + stages < n_items) issue(i + stages, slot);
     mma::cp_async_commit();
@@ -278,49 +300,74 @@ __global__ void __launch_bounds__(kThreads, 2) dense_fp8_tc_kernel(const __grid_
       float sum = s_red[0][r][xr];
 #pragma unroll
       for (int j = 1; j < kKWarps; ++j) sum += s_red[j][r][xr];
-      const int64_t col = (row0 + r) % p.n;
-      p.y[int64_t(xr) * p.ldy + int64_t(grp) * p.ygs + col] = __float2bfloat16_rn(sum * row_scale_up(s_row_exp[xr]));
+      if constexpr (kFp8) sum *= row_scale_up(s_row_exp[xr]);
+      const int64_t off = int64_t(xr) * p.ldy + int64_t(grp) * p.ygs + (row0 + r) % p.n;
+      if constexpr (kBf16Out) static_cast<__nv_bfloat16*>(p.y)[off] = __float2bfloat16_rn(sum);
+      else static_cast<float*>(p.y)[off] = sum;
     }
   }
 }
 
-// Dynamic shared memory: the rings, x, the exponents and up to 1 KB to the first 1024-byte boundary.
-size_t tc_smem(int m, int k, int stages) {
-  return size_t(kWarps) * stages * kSlotBytes + size_t(m) * x_row_bytes(k) + size_t(kBlockRows) * (k / 128) + 1024;
+// Dynamic shared memory: the rings, x, (fp8) the exponents and up to 1 KB to the first 1024-byte
+// boundary.
+size_t tc_smem(int m, int k, int stages, bool fp8) {
+  return size_t(kWarps) * stages * kSlotBytes + size_t(m) * x_row_bytes(k) + (fp8 ? size_t(kBlockRows) * (k / 128) : 0) +
+         1024;
 }
 
 // The deepest ring (up to a warp's items) at which two blocks fit on an SM, else one block's.
-int tc_stages(const DenseDecodeShape& s, const DeviceInfo& dev) {
-  const int items = (s.k / 128 + kKWarps - 1) / kKWarps;
+int tc_stages(const DenseDecodeShape& s, bool fp8, const DeviceInfo& dev) {
+  const int items = (s.k / (fp8 ? 128 : 64) + kKWarps - 1) / kKWarps;
   const size_t fixed = sizeof(float) * kKWarps * kBlockRows * 8 + 64 + 8 * kWarps * kMaxStages + dev.smem_reserved_per_block;
   for (int st = std::min(kMaxStages, std::max(2, items)); st >= 2; --st)
-    if (2 * (tc_smem(s.m, s.k, st) + fixed) <= dev.smem_per_sm_bytes) return st;
+    if (2 * (tc_smem(s.m, s.k, st, fp8) + fixed) <= dev.smem_per_sm_bytes) return st;
   for (int st = std::min(kMaxStages, std::max(2, items)); st >= 2; --st)
-    if (tc_smem(s.m, s.k, st) + fixed <= dev.smem_optin_bytes) return st;
+    if (tc_smem(s.m, s.k, st, fp8) + fixed <= dev.smem_optin_bytes) return st;
   return 0;
+}
+
+template <bool kFp8, bool kBf16Out>
+Status launch_tc(const TcParams& p, const DenseDecodeShape& s, size_t smem, const DeviceInfo& dev, cudaStream_t stream) {
+  auto* kernel = &dense_tc_kernel<kFp8, kBf16Out>;
+  static std::once_flag once[kMaxDevices];
+  static cudaError_t attr_err[kMaxDevices] = {};
+  if (dev.device < 0 || dev.device >= kMaxDevices)
+    return invalid_argument("dense_tc_gemm: device {} beyond the {} it tracks", dev.device, kMaxDevices);
+  std::call_once(once[dev.device], [&] {
+    attr_err[dev.device] =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dev.smem_optin_bytes) - 8192);
+  });
+  DSV4_RETURN_IF_ERROR(cuda_status(attr_err[dev.device], "cudaFuncSetAttribute(dense_tc_kernel)"));
+  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
+  const unsigned grid = unsigned(int64_t(s.groups) * s.n / kBlockRows);
+  return launch_kernel(kernel, dim3(grid), dim3(kThreads), smem, stream, pdl, p, "dense_tc_kernel");
 }
 
 }  // namespace
 
-bool dense_fp8_tc_supported(const DenseDecodeShape& s, Fp8WeightView w8, const DeviceInfo& dev) {
-  // 16-byte aligned codes and exponents (cp.async / TMA, the exponents' 16-byte loads).
-  const bool aligned = (reinterpret_cast<uintptr_t>(w8.codes) & 15) == 0 && (reinterpret_cast<uintptr_t>(w8.exps) & 15) == 0;
-  return aligned && s.m >= 1 && s.m <= kDenseFp8TcMaxRows && s.n >= kBlockRows && s.n % kBlockRows == 0 && s.k >= 128 &&
-         s.k % 128 == 0 && s.groups >= 1 && int64_t(s.groups) * s.n / kBlockRows <= INT32_MAX &&
-         tc_stages(s, dev) != 0;
+bool dense_tc_supported(const DenseDecodeShape& s, const void* w, Fp8WeightView w8, const DeviceInfo& dev) {
+  const bool fp8 = w == nullptr;
+  // 16-byte aligned weights (and exponents: cp.async / TMA, the exponents' 16-byte loads).
+  auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
+  const bool ok_ptrs = fp8 ? aligned(w8.codes) && aligned(w8.exps) : aligned(w);
+  return ok_ptrs && s.m >= 1 && s.m <= kDenseTcMaxRows && s.n >= kBlockRows && s.n % kBlockRows == 0 &&
+         s.k >= (fp8 ? 128 : 64) && s.k % (fp8 ? 128 : 64) == 0 && s.groups >= 1 &&
+         int64_t(s.groups) * s.n / kBlockRows <= INT32_MAX && tc_stages(s, fp8, dev) != 0;
 }
 
-Status dense_fp8_tc_gemm(const __nv_bfloat16* x, Fp8WeightView w8, __nv_bfloat16* y, const DenseDecodeShape& s,
-                         cudaStream_t stream) {
+Status dense_tc_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView w8, void* y, DenseOut out,
+                     const DenseDecodeShape& s, cudaStream_t stream) {
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
-  if (!dense_fp8_tc_supported(s, w8, *dev))
+  const bool fp8 = w == nullptr;
+  if (!dense_tc_supported(s, w, w8, *dev) || (fp8 && out != DenseOut::kBf16))
     return invalid_argument(
-        "dense_fp8_tc_gemm: unsupported m {} n {} (a multiple of {}) k {} (a multiple of 128), or codes / exponents not "
-        "16-byte aligned",
-        s.m, s.n, kBlockRows, s.k);
+        "dense_tc_gemm: unsupported m {} n {} (a multiple of {}) k {} (a multiple of {}), weights not 16-byte aligned, "
+        "or fp8 weights with f32 out",
+        s.m, s.n, kBlockRows, s.k, fp8 ? 128 : 64);
   TcParams p{};
   p.x = x;
   p.w8 = w8;
+  p.w = w;
   p.y = y;
   p.m = s.m;
   p.n = s.n;
@@ -329,24 +376,17 @@ Status dense_fp8_tc_gemm(const __nv_bfloat16* x, Fp8WeightView w8, __nv_bfloat16
   p.xgs = s.x_group_stride;
   p.ldy = s.ldy;
   p.ygs = s.y_group_stride;
-  p.stages = tc_stages(s, *dev);
+  p.stages = tc_stages(s, fp8, *dev);
   p.evict_first = weights_evict_first();
   p.use_tma = tma_supported(*dev);
+  const int64_t row_bytes = int64_t(s.k) * (fp8 ? 1 : 2);
   if (p.use_tma)
-    DSV4_RETURN_IF_ERROR(encode_u8_map_sw128(w8.codes, int64_t(s.groups) * s.n, s.k, s.k, 128, 16, &p.map));
-  const size_t smem = tc_smem(s.m, s.k, p.stages);
-  static std::once_flag once[kMaxDevices];
-  static cudaError_t attr_err[kMaxDevices] = {};
-  if (dev->device < 0 || dev->device >= kMaxDevices)
-    return invalid_argument("dense_fp8_tc_gemm: device {} beyond the {} it tracks", dev->device, kMaxDevices);
-  std::call_once(once[dev->device], [&] {
-    attr_err[dev->device] = cudaFuncSetAttribute(dense_fp8_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 int(dev->smem_optin_bytes) - 8192);
-  });
-  DSV4_RETURN_IF_ERROR(cuda_status(attr_err[dev->device], "cudaFuncSetAttribute(dense_fp8_tc_kernel)"));
-  DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
-  const unsigned grid = unsigned(int64_t(s.groups) * s.n / kBlockRows);
-  return launch_kernel(dense_fp8_tc_kernel, dim3(grid), dim3(kThreads), smem, stream, pdl, p, "dense_fp8_tc_kernel");
+    DSV4_RETURN_IF_ERROR(encode_u8_map_sw128(fp8 ? static_cast<const void*>(w8.codes) : w, int64_t(s.groups) * s.n,
+                                             row_bytes, row_bytes, 128, 16, &p.map));
+  const size_t smem = tc_smem(s.m, s.k, p.stages, fp8);
+  if (fp8) return launch_tc<true, true>(p, s, smem, *dev, stream);
+  if (out == DenseOut::kBf16) return launch_tc<false, true>(p, s, smem, *dev, stream);
+  return launch_tc<false, false>(p, s, smem, *dev, stream);
 }
 
 }  // namespace dsv4::cuda
