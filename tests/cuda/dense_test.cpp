@@ -208,7 +208,8 @@ void time_it(const char* name, const Problem& p, int m, DenseOut out) {
   cudaEventDestroy(b);
 }
 
-// rows_per_block 0 at 1..4 rows is the weight-streaming kernel (dense_stream.cu), 8 and 16 the mma one.
+// rows_per_block 0 at 1..4 rows is the tensor-core kernel (dense_tc.cu) where it fits, else the
+// weight-streaming kernel (dense_stream.cu); 8 and 16 the mma one.
 const int kRealM[] = {1, 2, 4, 7, 16, 32};
 
 TEST(DenseDecode, GroupedWoA) {
@@ -237,8 +238,9 @@ TEST(DenseDecode, CompressedProjections) {
   }
 }
 
-// The weight stream with L2 evict-first priority (arch.h set_weights_evict_first): the same bytes
-// at 1..4 rows, bf16 (grouped wo_a) and fp32 out (the CSA projection).
+// The weight streams with L2 evict-first priority (arch.h set_weights_evict_first): the same bytes
+// at 1..4 rows from the tensor-core and the streaming kernel, bf16 (grouped wo_a) and fp32 out
+// (the CSA projection).
 TEST(DenseDecode, EvictFirstWeightsGiveTheSameBits) {
   DSV4_SKIP_WITHOUT_GPU();
   const Problem woa = make_problem(1024, 4096, 8, 8 * 4096, 4096, 8 * 1024, 1024, 301);
@@ -246,15 +248,16 @@ TEST(DenseDecode, EvictFirstWeightsGiveTheSameBits) {
   for (const Problem* p : {&woa, &proj}) {
     const DenseOut out = p == &woa ? DenseOut::kBf16 : DenseOut::kF32;
     DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(p->shape.ldy) * (out == DenseOut::kBf16 ? 2 : 4));
-    for (int m : {1, 2, 4}) {
-      std::vector<uint8_t> normal;
-      {
-        const ScopedWeightsEvictFirst l2(false);
-        normal = run(*p, m, out, 0, d_y);
+    for (int m : {1, 2, 4})
+      for (int rpb : {0, kDenseForceStream}) {  // the tensor-core kernel, the streaming one
+        std::vector<uint8_t> normal;
+        {
+          const ScopedWeightsEvictFirst l2(false);
+          normal = run(*p, m, out, rpb, d_y);
+        }
+        const ScopedWeightsEvictFirst l2(true);
+        EXPECT_EQ(run(*p, m, out, rpb, d_y), normal) << (p == &woa ? "wo_a" : "proj_csa") << " M=" << m << " rpb=" << rpb;
       }
-      const ScopedWeightsEvictFirst l2(true);
-      EXPECT_EQ(run(*p, m, out, 0, d_y), normal) << (p == &woa ? "wo_a" : "proj_csa") << " M=" << m;
-    }
   }
 }
 
@@ -568,13 +571,14 @@ TEST(DenseDecode, VsCublas) {
         std::printf("[ vs    ] %-8s M=%-2d %-12s median %7.2f us  mean %7.2f us  %7.1f GB/s  (%d copies of %.1f MB)\n",
                     ts.name, m, who, t.first, t.second, double(wbytes) / t.first * 1e-3, copies, double(wbytes) * 1e-6);
       };
-      for (int rpb : {0, 8, 16, kDenseForceTc}) {
-        if (rpb == kDenseForceTc && m > kDenseTcMaxRows) continue;
+      for (int rpb : {0, kDenseForceStream, 8, 16, kDenseForceTc}) {
+        if ((rpb == kDenseForceTc && m > kDenseTcMaxRows) || (rpb == kDenseForceStream && m > 4)) continue;
         const auto t = time_calls(stream, [&](int i) {
           const Status st = dense_decode_gemm(x, weights(i), d_y.get(), out, s, stream, rpb);
           EXPECT_TRUE(st.is_ok()) << st.to_string();
         });
-        report(rpb == 0 ? "dense" : rpb == 8 ? "dense rpb8" : rpb == 16 ? "dense rpb16" : "dense tc", t);
+        report(rpb == 0 ? "dense" : rpb == kDenseForceStream ? "dense stream" : rpb == 8 ? "dense rpb8"
+               : rpb == 16 ? "dense rpb16" : "dense tc", t);
       }
       if (ts.bf16_out) {  // wo_a in the fp8 form: half the bytes (GB/s below: of the bf16 bytes)
         for (int rpb : {0, kDenseForceStream, 16, 32}) {

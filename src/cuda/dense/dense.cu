@@ -278,13 +278,17 @@ Status decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView
         "dense_decode_gemm: rows_per_block {} (0, {} (streaming), {} (tensor cores), 8 or 16; 32 with fp8 weights)",
         rows_per_block, kDenseForceStream, kDenseForceTc);
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
-  // The tensor-core kernel (dense_tc.cu): fp8 weights at 1..8 rows, where it fits; bf16 weights
-  // only when forced (measured against the streaming kernel in cuda_dense_test VsCublas).
+  // The tensor-core kernel (dense_tc.cu), where it fits: fp8 weights at 1..8 rows; bf16 weights at
+  // the streaming kernel's 1..4 rows where its grid fills the GPU (H100, M = 1: the CSA projection
+  // 13.3 against 15.4 us, wo_a 28.0 against 28.9; the HCA projection stays on the streaming
+  // kernel; bench/results/NOTES.md). 5..8 bf16 rows stay on the mma kernel, which the model sends
+  // to cuBLAS there anyway (gpu/blas.cpp).
   const bool tc_fits = dense_tc_supported(s, w, w8, *dev) && (w != nullptr || out == DenseOut::kBf16);
   if (rows_per_block == kDenseForceTc && !tc_fits)
     return invalid_argument("dense_decode_gemm: the tensor-core kernel does not take m {} n {} k {} groups {}", s.m, s.n,
                             s.k, s.groups);
-  if ((rows_per_block == 0 && w == nullptr && tc_fits) || rows_per_block == kDenseForceTc)
+  const bool tc_auto = tc_fits && (w == nullptr || (s.m <= kDenseStreamMaxRows && dense_tc_fills_gpu(s, *dev)));
+  if ((rows_per_block == 0 && tc_auto) || rows_per_block == kDenseForceTc)
     return dense_tc_gemm(x, w, w8, y, out, s, stream);
   // 1..4 rows: the weight-streaming kernel (dense_stream.cu); rows_per_block 8 or 16 force the mma one.
   const bool stream_fits = dense_stream_supported(s, *dev, w == nullptr);

@@ -50,10 +50,10 @@ using w4a16_detail::bf16x8_max_exponent;
 using w4a16_detail::row_scale_down;
 using w4a16_detail::row_scale_up;
 
-constexpr int kRowTiles = 2, kKWarps = 4;
-constexpr int kWarps = kRowTiles * kKWarps;
+constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kBlockRows = 16 * kRowTiles;
+constexpr int kMaxBlockRows = 32;  // 2 row tiles x 4 K warps, or 1 x 8 (TcParams::kwarps)
+constexpr int kRowMultiple = 32;   // n must be a multiple of this (either block shape)
 constexpr int kSlotBytes = 16 * 128;  // 16 weight rows x one 128-code group
 constexpr int kMaxStages = 8;
 constexpr int kMaxDevices = 64;
@@ -67,6 +67,8 @@ struct TcParams {
   int m, n, k;
   int64_t ldx, xgs, ldy, ygs;
   int stages;        // ring slots per warp, 2..kMaxStages
+  int kwarps;        // K warps per 16-row tile: 4 (32-row blocks) or 8 (16-row blocks, for grids
+                     // that 32-row blocks would leave short of one block per SM)
   bool evict_first;  // weights read with L2 evict-first priority (arch.h weights_evict_first)
   bool use_tma;      // SM90: the slots come by TMA (map), else by cp.async
 };
@@ -103,22 +105,23 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
   constexpr int kElemBytes = kFp8 ? 1 : 2;
   // From the first 1024-byte boundary (the TMA swizzle's period): rings, x [m][x_row_bytes], exps.
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  __shared__ float s_red[kKWarps][kBlockRows][8];          // the K warps' sums: [wk][row][x row]
+  __shared__ float s_red[4 * kMaxBlockRows * 8];           // the K warps' sums: [wk][block row][x row]
   __shared__ unsigned s_row_exp[8];                        // largest bf16 exponent field of x row r
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int rt = warp / kKWarps, wk = warp % kKWarps;
+  const int kw = p.kwarps, block_rows = 16 * (kWarps / kw);
+  const int rt = warp / kw, wk = warp % kw;
   const int g = lane >> 2, q = lane & 3;
   const int kg = p.k / 128;  // kFp8: exponents per row
   const int ks = p.k / kSlotK;  // slots along k
-  const int64_t row0 = int64_t(blockIdx.x) * kBlockRows;  // first weight row of the block
+  const int64_t row0 = int64_t(blockIdx.x) * block_rows;  // first weight row of the block
   const int grp = int(row0 / p.n);                         // the grouped GEMM's group
   const int stages = p.stages;
   unsigned char* smem = smem_raw + ((1024 - (mma::smem_u32(smem_raw) & 1023)) & 1023);
   const uint32_t ring = mma::smem_u32(smem) + uint32_t(warp * stages * kSlotBytes);
   unsigned char* xs = smem + kWarps * stages * kSlotBytes;
   const int xrb = x_row_bytes(p.k);
-  int8_t* es = reinterpret_cast<int8_t*>(xs + p.m * xrb);  // kFp8: [kBlockRows][kg]
-  const int n_items = wk < ks ? (ks - wk + kKWarps - 1) / kKWarps : 0;
+  int8_t* es = reinterpret_cast<int8_t*>(xs + p.m * xrb);  // kFp8: [block_rows][kg]
+  const int n_items = wk < ks ? (ks - wk + kw - 1) / kw : 0;
 
   // Item i of this warp: slot column wk + 4 i (fp8: that 128-column group) of rows row0 + 16 rt ..
   // + 15, 8 pieces of 16 bytes a row, piece c of row r at slot + r * 128 + ((c ^ (r & 7)) << 4).
@@ -137,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
   }
 #endif
   auto issue = [&](int i, int slot) {
-    const int gi = wk + i * kKWarps;
+    const int gi = wk + i * kw;
     const uint32_t dst = ring + uint32_t(slot * kSlotBytes);
     const uint64_t pol = p.evict_first ? mma::l2_evict_first_policy() : 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -162,21 +165,9 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
     if (i < n_items) issue(i, i);
     mma::cp_async_commit();
   }
-  // The exponents are weights too: read before the wait, 16 bytes a thread (the block's rows are
-  // consecutive, so its 32 kg exponents are too), every load issued before any store: the loads
-  // queue behind the slots' requests, and one round trip of them in a row cost ~2 us each.
-  if constexpr (kFp8) {
-    const uint4* esrc = reinterpret_cast<const uint4*>(p.w8.exps + row0 * kg);
-    for (int i0 = tid; i0 < 2 * kg; i0 += 4 * kThreads) {
-      uint4 v[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-        if (i0 + u * kThreads < 2 * kg) v[u] = __ldg(esrc + i0 + u * kThreads);
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-        if (i0 + u * kThreads < 2 * kg) reinterpret_cast<uint4*>(es)[i0 + u * kThreads] = v[u];
-    }
-  }
+  // The exponents are weights too: read before the wait.
+  if constexpr (kFp8)
+    for (int i = tid; i < block_rows * kg; i += kThreads) es[i] = __ldg(p.w8.exps + row0 * kg + i);
   if (tid < 8) s_row_exp[tid] = 0;
   __syncthreads();
 
@@ -184,22 +175,11 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
   // row's largest exponent), then in place to scaled fp16 in the mma's k order.
   pdl_wait();
   const int chunks = p.k / 8;  // 16-byte chunks of an x row
-  for (int i0 = tid; i0 < p.m * chunks; i0 += 8 * kThreads) {
-    uint4 v[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {  // all of a thread's loads in flight before its first store
-      const int idx = i0 + u * kThreads, r = idx / chunks, c = idx - r * chunks;
-      if (idx < p.m * chunks)
-        v[u] = __ldcg(reinterpret_cast<const uint4*>(p.x + int64_t(r) * p.ldx + int64_t(grp) * p.xgs) + c);
-    }
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      const int idx = i0 + u * kThreads, r = idx / chunks, c = idx - r * chunks;
-      if (idx < p.m * chunks) {
-        *reinterpret_cast<uint4*>(xs + r * xrb + c * 16) = v[u];
-        if constexpr (kFp8) atomicMax(&s_row_exp[r], bf16x8_max_exponent(v[u]));
-      }
-    }
+  for (int idx = tid; idx < p.m * chunks; idx += kThreads) {
+    const int r = idx / chunks, c = idx - r * chunks;
+    const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p.x + int64_t(r) * p.ldx + int64_t(grp) * p.xgs) + c);
+    *reinterpret_cast<uint4*>(xs + r * xrb + c * 16) = v;
+    if constexpr (kFp8) atomicMax(&s_row_exp[r], bf16x8_max_exponent(v));
   }
   __syncthreads();
   // Each 32-value block: unit u (16 bytes) holds values 4u, 4u + 2, 4u + 1, 4u + 3, then the same
@@ -243,10 +223,10 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
     cp_async_wait_pending(stages - 1);
 #endif
     __syncwarp();
-    const int gi = wk + i * kKWarps;
+    const int gi = wk + i * kw;
     const uint32_t sl = ring + uint32_t(slot * kSlotBytes);
-    // Two accumulator sets: chains of 4 dependent mmas instead of 8 (fp8: codes 0|2 and 1|3; bf16:
-    // even and odd k16 steps).
+    // bf16: two accumulator sets (even and odd k16 steps). fp8: one (a second one measured slower
+    // on an H100: wo_a M = 1 21.2 against 20.8 us).
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
@@ -260,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
 #pragma unroll
         for (int j = 0; j < 4; ++j) fp8x4_to_f16x2(w[j], lo[j], hi[j]);
         mma::mma_f16(d, lo, xb.x, xb.z);
-        mma::mma_f16(e, hi, xb.y, xb.w);
+        mma::mma_f16(d, hi, xb.y, xb.w);
       } else {
         // k16 step s of the slot: x values 64 gi + 16 s + 2q (+1) and 8 further.
         const unsigned char* xv = xrow + (gi * 64 + 16 * s) * 2;
@@ -289,17 +269,17 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
   }
   mma::cp_async_wait<0>();
   // D rows g, g + 8 (weight rows), columns 2q, 2q + 1 (x rows).
-  s_red[wk][16 * rt + g][2 * q] = acc[0];
-  s_red[wk][16 * rt + g][2 * q + 1] = acc[1];
-  s_red[wk][16 * rt + g + 8][2 * q] = acc[2];
-  s_red[wk][16 * rt + g + 8][2 * q + 1] = acc[3];
+  float* red = s_red + (wk * block_rows + 16 * rt + g) * 8 + 2 * q;  // kw x block_rows = 128 either way
+  red[0] = acc[0];
+  red[1] = acc[1];
+  red[64] = acc[2];  // row g + 8
+  red[65] = acc[3];
   __syncthreads();
   {
-    const int r = tid >> 3, xr = tid & 7;  // 256 threads: 32 rows x 8 x rows
-    if (xr < p.m) {
-      float sum = s_red[0][r][xr];
-#pragma unroll
-      for (int j = 1; j < kKWarps; ++j) sum += s_red[j][r][xr];
+    const int r = tid >> 3, xr = tid & 7;  // 256 threads: up to 32 rows x 8 x rows
+    if (xr < p.m && r < block_rows) {
+      float sum = s_red[r * 8 + xr];
+      for (int j = 1; j < kw; ++j) sum += s_red[(j * block_rows + r) * 8 + xr];
       if constexpr (kFp8) sum *= row_scale_up(s_row_exp[xr]);
       const int64_t off = int64_t(xr) * p.ldy + int64_t(grp) * p.ygs + (row0 + r) % p.n;
       if constexpr (kBf16Out) static_cast<__nv_bfloat16*>(p.y)[off] = __float2bfloat16_rn(sum);
@@ -308,21 +288,29 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
   }
 }
 
+// K warps per row tile: 4 (blocks of 32 rows), or 8 (16 rows) where 32-row blocks would not give
+// half the SMs one. H100, M = 1: the 1024-row HCA projection (32 blocks of 32 rows) 11.2 us, 10.1
+// in 64 blocks of 16 rows; the 2624-row CSA projection (82 blocks) 13.3 us, 14.7 in 164.
+int tc_kwarps(const DenseDecodeShape& s, const DeviceInfo& dev) {
+  return 2 * (int64_t(s.groups) * s.n / 32) < dev.n_sms ? 8 : 4;
+}
+
 // Dynamic shared memory: the rings, x, (fp8) the exponents and up to 1 KB to the first 1024-byte
 // boundary.
-size_t tc_smem(int m, int k, int stages, bool fp8) {
-  return size_t(kWarps) * stages * kSlotBytes + size_t(m) * x_row_bytes(k) + (fp8 ? size_t(kBlockRows) * (k / 128) : 0) +
-         1024;
+size_t tc_smem(int m, int k, int stages, bool fp8, int kwarps) {
+  const int block_rows = 16 * (kWarps / kwarps);
+  return size_t(kWarps) * stages * kSlotBytes + size_t(m) * x_row_bytes(k) +
+         (fp8 ? size_t(block_rows) * (k / 128) : 0) + 1024;
 }
 
 // The deepest ring (up to a warp's items) at which two blocks fit on an SM, else one block's.
-int tc_stages(const DenseDecodeShape& s, bool fp8, const DeviceInfo& dev) {
-  const int items = (s.k / (fp8 ? 128 : 64) + kKWarps - 1) / kKWarps;
-  const size_t fixed = sizeof(float) * kKWarps * kBlockRows * 8 + 64 + 8 * kWarps * kMaxStages + dev.smem_reserved_per_block;
+int tc_stages(const DenseDecodeShape& s, bool fp8, int kwarps, const DeviceInfo& dev) {
+  const int items = (s.k / (fp8 ? 128 : 64) + kwarps - 1) / kwarps;
+  const size_t fixed = sizeof(float) * 4 * kMaxBlockRows * 8 + 64 + 8 * kWarps * kMaxStages + dev.smem_reserved_per_block;
   for (int st = std::min(kMaxStages, std::max(2, items)); st >= 2; --st)
-    if (2 * (tc_smem(s.m, s.k, st, fp8) + fixed) <= dev.smem_per_sm_bytes) return st;
+    if (2 * (tc_smem(s.m, s.k, st, fp8, kwarps) + fixed) <= dev.smem_per_sm_bytes) return st;
   for (int st = std::min(kMaxStages, std::max(2, items)); st >= 2; --st)
-    if (tc_smem(s.m, s.k, st, fp8) + fixed <= dev.smem_optin_bytes) return st;
+    if (tc_smem(s.m, s.k, st, fp8, kwarps) + fixed <= dev.smem_optin_bytes) return st;
   return 0;
 }
 
@@ -339,20 +327,22 @@ Status launch_tc(const TcParams& p, const DenseDecodeShape& s, size_t smem, cons
   });
   DSV4_RETURN_IF_ERROR(cuda_status(attr_err[dev.device], "cudaFuncSetAttribute(dense_tc_kernel)"));
   DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
-  const unsigned grid = unsigned(int64_t(s.groups) * s.n / kBlockRows);
+  const unsigned grid = unsigned(int64_t(s.groups) * s.n / (16 * (kWarps / p.kwarps)));
   return launch_kernel(kernel, dim3(grid), dim3(kThreads), smem, stream, pdl, p, "dense_tc_kernel");
 }
 
 }  // namespace
 
+bool dense_tc_fills_gpu(const DenseDecodeShape& s, const DeviceInfo& dev) { return tc_kwarps(s, dev) == 4; }
+
 bool dense_tc_supported(const DenseDecodeShape& s, const void* w, Fp8WeightView w8, const DeviceInfo& dev) {
   const bool fp8 = w == nullptr;
-  // 16-byte aligned weights (and exponents: cp.async / TMA, the exponents' 16-byte loads).
-  auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
-  const bool ok_ptrs = fp8 ? aligned(w8.codes) && aligned(w8.exps) : aligned(w);
-  return ok_ptrs && s.m >= 1 && s.m <= kDenseTcMaxRows && s.n >= kBlockRows && s.n % kBlockRows == 0 &&
+  // 16-byte aligned weights (cp.async, TMA), exponents given.
+  const void* wp = fp8 ? static_cast<const void*>(w8.codes) : w;
+  const bool ok_ptrs = (reinterpret_cast<uintptr_t>(wp) & 15) == 0 && (!fp8 || w8.exps != nullptr);
+  return ok_ptrs && s.m >= 1 && s.m <= kDenseTcMaxRows && s.n >= kRowMultiple && s.n % kRowMultiple == 0 &&
          s.k >= (fp8 ? 128 : 64) && s.k % (fp8 ? 128 : 64) == 0 && s.groups >= 1 &&
-         int64_t(s.groups) * s.n / kBlockRows <= INT32_MAX && tc_stages(s, fp8, dev) != 0;
+         int64_t(s.groups) * s.n / 16 <= INT32_MAX && tc_stages(s, fp8, tc_kwarps(s, dev), dev) != 0;
 }
 
 Status dense_tc_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView w8, void* y, DenseOut out,
@@ -363,7 +353,7 @@ Status dense_tc_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightVi
     return invalid_argument(
         "dense_tc_gemm: unsupported m {} n {} (a multiple of {}) k {} (a multiple of {}), weights not 16-byte aligned, "
         "or fp8 weights with f32 out",
-        s.m, s.n, kBlockRows, s.k, fp8 ? 128 : 64);
+        s.m, s.n, kRowMultiple, s.k, fp8 ? 128 : 64);
   TcParams p{};
   p.x = x;
   p.w8 = w8;
@@ -376,14 +366,15 @@ Status dense_tc_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightVi
   p.xgs = s.x_group_stride;
   p.ldy = s.ldy;
   p.ygs = s.y_group_stride;
-  p.stages = tc_stages(s, fp8, *dev);
+  p.kwarps = tc_kwarps(s, *dev);
+  p.stages = tc_stages(s, fp8, p.kwarps, *dev);
   p.evict_first = weights_evict_first();
   p.use_tma = tma_supported(*dev);
   const int64_t row_bytes = int64_t(s.k) * (fp8 ? 1 : 2);
   if (p.use_tma)
     DSV4_RETURN_IF_ERROR(encode_u8_map_sw128(fp8 ? static_cast<const void*>(w8.codes) : w, int64_t(s.groups) * s.n,
                                              row_bytes, row_bytes, 128, 16, &p.map));
-  const size_t smem = tc_smem(s.m, s.k, p.stages, fp8);
+  const size_t smem = tc_smem(s.m, s.k, p.stages, fp8, p.kwarps);
   if (fp8) return launch_tc<true, true>(p, s, smem, *dev, stream);
   if (out == DenseOut::kBf16) return launch_tc<false, true>(p, s, smem, *dev, stream);
   return launch_tc<false, false>(p, s, smem, *dev, stream);
