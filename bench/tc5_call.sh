@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tc5_call.sh: as tc4_call.sh, for the build whose bf16 weights take the tensor-core kernel only
-# where its grid fills the GPU (dense_tc_fills_gpu): tests, dense timings, the ladder A/B.
-# and Blas tests, the dense timings (VsCublas), then the 20-layer ladder at B = 1 and 32 alternated:
-# bf16 (the default) base vs this build, and --wo-a fp8 of the previous fp8 build vs this one.
+# where its grid fills the GPU (dense_tc_fills_gpu): the dense and model tests, the dense timings
+# (VsCublas), then the 20-layer ladder at B = 1 and 32 alternated: bf16 (the default) base vs this
+# build, and --wo-a fp8 of the first TMA build vs this one.
 # Carry .carry/{pack,next_new,tc,tc5}.tar.xz: dsv4_new (base), dsv4_tc (fp8 TMA build), and this
 # build's dsv4_tc5, cuda_dense_test_tc5, gpu_model_test_tc5. Output in $OUT/all.tgz.
 # Usage (device tool): DEADLINE=560 bash bench/tc5_call.sh
