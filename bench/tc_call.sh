@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# tc_call.sh: a build of the tensor-core decode kernel (dense_tc.cu) against the base in one device
+# call: its dense, model (and, where carried, Blas) tests without the timings, the dense timings
+# (cuda_dense_test VsCublas), then the 20-layer ladder at B = 1 and 32, alternated twice: bf16 (the
+# default) of the base and of this build, --wo-a fp8 of the first TMA build and of this build.
+# Carry .carry/{pack,next_new,tc,SUFFIX}.tar.xz: dsv4_new (base), dsv4_tc (first TMA build,
+# fp8tc_h200_tma), and this build's dsv4_SUFFIX, cuda_dense_test_SUFFIX, gpu_model_test_SUFFIX
+# (optional gpu_blas_test_SUFFIX). Output in $OUT/all.tgz.
+# Usage (device tool): DEADLINE=560 bash bench/tc_call.sh SUFFIX   (tc4_h100/: tc4, tc5_h100/: tc5)
+set -u
+S=${1:?usage: tc_call.sh SUFFIX}
+DEADLINE=${DEADLINE:-560}
+B=.carry/bin
+mkdir -p $B && tar xJf .carry/pack.tar.xz -C .carry
+for t in next_new tc $S; do tar xJf .carry/$t.tar.xz -C $B; done
+C=$(find /usr/local /opt /usr/lib -maxdepth 8 -name 'libcublas.so.13' | head -1)
+export LD_LIBRARY_PATH=$PWD/.carry/lib:$(dirname $C):/usr/local/cuda/lib64
+R=$OUT/r; mkdir -p $R
+left() { [ $((DEADLINE - SECONDS)) -gt "$1" ]; }
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total --format=csv | tee $R/env.txt
+for t in cuda_dense_test gpu_blas_test gpu_model_test; do
+  [ -x $B/${t}_$S ] || continue
+  timeout 150 $B/${t}_$S --gtest_brief=1 --gtest_filter='-*VsCublas*:*Timing*:*PrefillCopyVsCublas*' > $R/$t.log 2>&1
+  echo "$t rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/$t.log | tr '\n' ' ') ${SECONDS}s"
+  grep -E "^\[  FAILED  \]|Failure" $R/$t.log | head -6
+done
+timeout 100 $B/cuda_dense_test_$S --gtest_filter='*VsCublas*' > $R/vs_$S.log 2>&1
+grep -E "^\[ vs .*M=(1|8) " $R/vs_$S.log | cut -c1-105
+lad() {  # name binary extra-args
+  local name=$1 bin=$2; shift 2
+  timeout 120 $B/$bin bench --synthetic flash --layers 20 --batch 1,32 --context 4096 "$@" --commit $S \
+    --command "$bin bench --synthetic flash --layers 20 --batch 1,32 --context 4096 $*" --out $R/$name.json 2>&1 |
+    grep -E "decode B=.*graph" | sed "s/^/$name: /" | cut -c1-150
+}
+for r in 1 2; do
+  left 80 && lad base_bf16_$r dsv4_new
+  left 80 && lad ${S}_bf16_$r dsv4_$S
+  left 80 && lad tc_fp8_$r dsv4_tc --wo-a fp8
+  left 80 && lad ${S}_fp8_$r dsv4_$S --wo-a fp8
+done
+tar czf $OUT/all.tgz -C $OUT r
+echo "done ${SECONDS}s"
