@@ -1,33 +1,36 @@
-// dense_tc.cu: the decode GEMM of dense.h for 1..8 rows of x on tensor cores, for fp8-form weights
-// (Fp8WeightView: fp16 mmas) and bf16 weights (bf16 mmas); dense_internal.h says where it runs.
+// dense_tc.cu: the decode GEMM of dense.h for 1..8 rows of x on tensor cores (mma.sync), for
+// fp8-form weights (Fp8WeightView: fp16 mmas) and bf16 weights (bf16 mmas); dense.cu's dispatch
+// says where it runs (dense.h).
 //
-// Why: the weight-streaming kernel (dense_stream.cu) turns each code into an fp32 weight and
-// runs CUDA-core fmas, ~7 instructions a weight; at M = 1 on the grouped wo_a that is bound by
-// instruction issue, not memory (H200: 22.9 us for 33.5 MB, ncu 33% of DRAM peak, about cuBLAS's
-// time on the bf16 weight of twice the bytes). Here a weight costs ~1/20 of an instruction:
-//   - An e4m3 code's 7 magnitude bits placed at fp16 bits 7..13 (its sign at bit 15) read as the
-//     code's value times 2^-8, subnormal codes included (as fp16 subnormals): four codes of a
+// Why: the weight-streaming kernel (dense_stream.cu) turns each weight into fp32 for CUDA-core
+// fmas; on fp8 codes that is ~7 instructions a weight and bound by instruction issue, not memory
+// (H200, grouped wo_a at M = 1: 23.1 us for 33.5 MB, ncu 33% of DRAM peak, slower than cuBLAS on
+// the bf16 weight of twice the bytes). Here 16 x 16 weights cost one ldmatrix and one or two mmas:
+//   - fp8: an e4m3 code's 7 magnitude bits placed at fp16 bits 7..13 (its sign at bit 15) read as
+//     the code's value times 2^-8, subnormal codes included (as fp16 subnormals): four codes of a
 //     32-bit word become two f16x2 registers in 5 integer instructions (codes 0|2 and 1|3).
 //   - The mma operands are swapped (as in the W4A16 decode kernel): 16 weight rows are the A
-//     operand, the x rows the 8 columns of B. ldmatrix.x4 over the codes gives each lane four
-//     words: rows g and g + 8, codes 4q..4q+3 of two 16-code chunks; their 0|2 halves feed one
-//     mma and their 1|3 halves another. That permutes k inside every 32 codes; x is staged in
-//     shared memory with the same permutation, so each mma still pairs a weight with its x.
-//   - x becomes fp16 per row under a power-of-two scale that puts the row's largest values in
-//     fp16's top binade (w4a16 ptx.cuh row_scale_down; exact but for values 2^29 below the
-//     row's largest), and the results are scaled back.
-//   - Products are exact in the fp32 accumulators; each (row, 128-column group) sum is scaled
-//     by its power of two 2^(exp + 8) (exact) and added to the row's total in group order.
-// So the result is the exact products summed in fp32 in another order than the bf16 kernels':
-// close to them, not their bits (dense.h). Deterministic: fixed mma and group order, and the four
-// K warps of a row tile add their sums in warp order.
-// Block: 8 warps = 2 row tiles of 16 weight rows x 4 K warps; K warp wk owns the 128-column
-// groups wk, wk + 4, ... and streams each (16 rows x 128 codes = 2 KB) through its own ring of
-// `stages` slots, its 16-byte pieces XOR-swizzled so that ldmatrix is conflict-free: on SM90 one
-// TMA box per slot (a 2-D tensor map of the codes with the 128-byte swizzle, completing on the
-// slot's mbarrier), elsewhere 4 cp.async per lane (the first version, all cp.async, streamed the
-// H100 at 1.67 TB/s). The first slots and the block's exponents are requested before the PDL
-// wait. A block's 32 rows lie in one group of a grouped GEMM (n % 32 == 0).
+//     operand, the x rows the 8 columns of B. ldmatrix.x4 gives each lane four words: rows g and
+//     g + 8 of two 16-byte chunks. bf16: those are the A fragment as it is. fp8: their 0|2 halves
+//     feed one mma and their 1|3 halves another, which permutes k inside every 32 codes; x is
+//     staged with the same permutation, so each mma still pairs a weight with its x.
+//   - fp8: x becomes fp16 per row under a power-of-two scale that puts the row's largest values in
+//     fp16's top binade (w4a16 ptx.cuh row_scale_down; exact but for values 2^29 below the row's
+//     largest), and the results are scaled back; each (row, 128-column group) sum is scaled by
+//     its power of two 2^(exp + 8) (exact) and added to the row's total in group order.
+// Products are exact in the fp32 accumulators, so the result is the exact products summed in
+// fp32 in another order than the other kernels': close to them, not their bits. Deterministic:
+// fixed mma and slot order, and the K warps of a row tile add their sums in warp order.
+// Block: 8 warps = 2 row tiles of 16 weight rows x 4 K warps (32-row blocks), or 1 x 8 where
+// 32-row blocks would leave more than half the SMs without one (tc_kwarps). K warp wk owns the
+// slots wk, wk + kw, ... of 128 bytes a row (fp8: a 128-column group; bf16: 64 columns) and
+// streams each (16 rows x 128 bytes) through its own ring of `stages` slots, its 16-byte pieces
+// XOR-swizzled so that ldmatrix is conflict-free: on SM90 one TMA box per slot (a 2-D tensor map
+// with the 128-byte swizzle, completing on the slot's mbarrier), elsewhere 4 cp.async per lane
+// (all cp.async, the H100 read wo_a at 1.67 TB/s). The first slots and (fp8) the block's
+// exponents are requested before the PDL wait. A block's rows lie in one group of a grouped GEMM
+// (n % 32 == 0). Measured against the other kernels: bench/results/NOTES.md, "The tensor-core
+// decode kernel".
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
