@@ -30,7 +30,9 @@
 
 #include "base/numeric.h"
 #include "cuda/common/arch.h"
+#include "cuda/common/tensor_map.h"
 #include "cuda/dense/dense.h"
+#include "cuda/dense/dense_internal.h"
 #include "cuda/testing/random_gptq.h"
 #include "harness.h"
 
@@ -651,6 +653,64 @@ TEST(DenseDecode, Fp8PrefillCopyVsCublas) {
          }),
          true);
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+}
+
+// Where the tensor-core kernel runs (no GPU needed: the shape rules on H100- and RTX 3090-like
+// device descriptions): rows, n % 32, k % 128 (fp8) or 64 (bf16), aligned weights, given
+// exponents, its shared memory (the 3090's 99 KB per block holds one fp8 row of x beside the
+// rings, not eight), and which grids count as filling the GPU; and the tensor map's argument checks.
+TEST(DenseDecode, TensorCoreShapeRules) {
+  DeviceInfo h100;
+  h100.n_sms = 132;
+  h100.smem_optin_bytes = 232448;
+  h100.smem_per_sm_bytes = 233472;
+  h100.smem_reserved_per_block = 1024;
+  h100.arch = GpuArch::kSm90;
+  DeviceInfo rtx3090 = h100;
+  rtx3090.n_sms = 82;
+  rtx3090.smem_optin_bytes = 101376;
+  rtx3090.smem_per_sm_bytes = 102400;
+  rtx3090.arch = GpuArch::kSm86;
+  alignas(16) static uint8_t buf[64];
+  const Fp8WeightView w8{buf, reinterpret_cast<const int8_t*>(buf)};
+  const void* bf16 = buf;
+  DenseDecodeShape woa{.m = 1, .n = 1024, .k = 4096, .groups = 8, .ldx = 8 * 4096, .x_group_stride = 4096,
+                       .ldy = 8 * 1024, .y_group_stride = 1024};
+  EXPECT_TRUE(dense_tc_supported(woa, nullptr, w8, h100));
+  EXPECT_TRUE(dense_tc_supported(woa, bf16, {}, h100));
+  EXPECT_TRUE(dense_tc_supported(woa, nullptr, w8, rtx3090));
+  woa.m = kDenseTcMaxRows;
+  EXPECT_TRUE(dense_tc_supported(woa, nullptr, w8, h100));
+  EXPECT_FALSE(dense_tc_supported(woa, nullptr, w8, rtx3090)) << "8 x rows of 8 KB beside the rings";
+  woa.m = kDenseTcMaxRows + 1;
+  EXPECT_FALSE(dense_tc_supported(woa, nullptr, w8, h100));
+  woa.m = 1;
+  EXPECT_FALSE(dense_tc_supported(woa, nullptr, Fp8WeightView{buf + 8, w8.exps}, h100)) << "codes not 16-byte aligned";
+  EXPECT_FALSE(dense_tc_supported(woa, nullptr, Fp8WeightView{buf, nullptr}, h100)) << "no exponents";
+  EXPECT_FALSE(dense_tc_supported(woa, buf + 8, {}, h100)) << "bf16 weight not 16-byte aligned";
+  DenseDecodeShape s = woa;
+  s.n = 1000;  // not a multiple of 32
+  EXPECT_FALSE(dense_tc_supported(s, nullptr, w8, h100));
+  s = woa;
+  s.k = 4096 + 64;  // a multiple of 64, not of 128
+  EXPECT_FALSE(dense_tc_supported(s, nullptr, w8, h100));
+  EXPECT_TRUE(dense_tc_supported(s, bf16, {}, h100));
+  s.k = 4096 + 32;
+  EXPECT_FALSE(dense_tc_supported(s, bf16, {}, h100));
+  // Grids: wo_a (256 blocks of 32 rows) and the CSA projection (82) fill an H100; the HCA
+  // projection (32) does not, so its bf16 weight stays on the streaming kernel.
+  EXPECT_TRUE(dense_tc_fills_gpu(woa, h100));
+  const DenseDecodeShape csa{.m = 1, .n = 2624, .k = 4096, .groups = 1, .ldx = 4096, .ldy = 2624};
+  const DenseDecodeShape hca{.m = 1, .n = 1024, .k = 4096, .groups = 1, .ldx = 4096, .ldy = 1024};
+  EXPECT_TRUE(dense_tc_fills_gpu(csa, h100));
+  EXPECT_FALSE(dense_tc_fills_gpu(hca, h100));
+  EXPECT_TRUE(dense_tc_supported(hca, bf16, {}, h100)) << "it still runs there when forced";
+
+  CUtensorMap map;
+  EXPECT_FALSE(encode_u8_map_sw128(buf, 16, 256, 260, 128, 16, &map).is_ok()) << "row stride not a multiple of 16";
+  EXPECT_FALSE(encode_u8_map_sw128(buf + 8, 16, 256, 256, 128, 16, &map).is_ok()) << "base not 16-byte aligned";
+  EXPECT_FALSE(encode_u8_map_sw128(buf, 16, 256, 256, 64, 16, &map).is_ok()) << "boxes of 128 bytes only";
+  EXPECT_FALSE(encode_u8_map_sw128(buf, 8, 256, 256, 128, 16, &map).is_ok()) << "fewer rows than a box";
 }
 
 TEST(DenseDecode, RejectsUnsupported) {
