@@ -26,8 +26,10 @@
 // slots wk, wk + kw, ... of 128 bytes a row (fp8: a 128-column group; bf16: 64 columns) and
 // streams each (16 rows x 128 bytes) through its own ring of `stages` slots, its 16-byte pieces
 // XOR-swizzled so that ldmatrix is conflict-free: on SM90 one TMA box per slot (a 2-D tensor map
-// with the 128-byte swizzle, completing on the slot's mbarrier), elsewhere 4 cp.async per lane
-// (all cp.async, the H100 read wo_a at 1.67 TB/s). The first slots and (fp8) the block's
+// with the 128-byte swizzle, completing on the slot's mbarrier), elsewhere 4 cp.async per lane.
+// Whether TMA pays here is not settled: on an H100, in separate calls, wo_a at M = 1 took 20.1 us
+// with cp.async and 20.6-20.9 with TMA; the H200 has run only the TMA form (18.9 us; NOTES.md).
+// The first slots and (fp8) the block's
 // exponents are requested before the PDL wait. A block's rows lie in one group of a grouped GEMM
 // (n % 32 == 0). Measured against the other kernels: bench/results/NOTES.md, "The tensor-core
 // decode kernel".
