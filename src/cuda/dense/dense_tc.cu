@@ -327,8 +327,13 @@ Status launch_tc(const TcParams& p, const DenseDecodeShape& s, size_t smem, cons
   if (dev.device < 0 || dev.device >= kMaxDevices)
     return invalid_argument("dense_tc_gemm: device {} beyond the {} it tracks", dev.device, kMaxDevices);
   std::call_once(once[dev.device], [&] {
-    attr_err[dev.device] =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dev.smem_optin_bytes) - 8192);
+    // All of the block's opt-in shared memory past the static part (tc_stages keeps the dynamic part
+    // below optin - its `fixed` bound, which covers the static part).
+    cudaFuncAttributes fa{};
+    attr_err[dev.device] = cudaFuncGetAttributes(&fa, kernel);
+    if (attr_err[dev.device] == cudaSuccess)
+      attr_err[dev.device] = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  int(dev.smem_optin_bytes - fa.sharedSizeBytes));
   });
   DSV4_RETURN_IF_ERROR(cuda_status(attr_err[dev.device], "cudaFuncSetAttribute(dense_tc_kernel)"));
   DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
