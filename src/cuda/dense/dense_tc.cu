@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
   int8_t* es = reinterpret_cast<int8_t*>(xs + p.m * xrb);  // kFp8: [block_rows][kg]
   const int n_items = wk < ks ? (ks - wk + kw - 1) / kw : 0;
 
-  // Item i of this warp: slot column wk + 4 i (fp8: that 128-column group) of rows row0 + 16 rt ..
+  // Item i of this warp: slot column wk + kw i (fp8: that 128-column group) of rows row0 + 16 rt ..
   // + 15, 8 pieces of 16 bytes a row, piece c of row r at slot + r * 128 + ((c ^ (r & 7)) << 4).
   const int64_t row_bytes = int64_t(p.k) * kElemBytes;
   const uint8_t* wrows = (kFp8 ? p.w8.codes : reinterpret_cast<const uint8_t*>(p.w)) + (row0 + 16 * rt) * row_bytes;
