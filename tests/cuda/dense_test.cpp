@@ -33,6 +33,7 @@
 #include "cuda/common/tensor_map.h"
 #include "cuda/dense/dense.h"
 #include "cuda/dense/dense_internal.h"
+#include "cuda/dense/fp8_f16.h"
 #include "cuda/testing/random_gptq.h"
 #include "harness.h"
 
@@ -653,6 +654,34 @@ TEST(DenseDecode, Fp8PrefillCopyVsCublas) {
          }),
          true);
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+}
+
+// The tensor-core kernel's fp8 -> fp16 bit placement (no GPU needed): every code (but the two
+// NaNs, which the fp8 form never holds) in every byte of a word reads as its e4m3 value times 2^-8,
+// subnormals, signed zeros and +-448 included, in the 0|2 / 1|3 halves the kernel expects.
+TEST(DenseDecode, Fp8CodesAsFp16) {
+  auto f16 = [](uint32_t h) {  // fp16 bits -> value (exact in double)
+    const int e = int((h >> 10) & 31), m = int(h & 1023);
+    const double v = e == 0 ? std::ldexp(double(m), -24) : std::ldexp(1.0 + m / 1024.0, e - 15);
+    return (h & 0x8000) != 0 ? -v : v;
+  };
+  int64_t bad = 0, checked = 0;
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7f) == 0x7f) continue;
+    const double want = std::ldexp(double(e4m3_to_f32(uint8_t(c))), -8);
+    for (int pos = 0; pos < 4; ++pos) {
+      const uint32_t other = 0xA5u;  // a different code in the other bytes
+      uint32_t w = 0;
+      for (int b = 0; b < 4; ++b) w |= uint32_t(b == pos ? c : other) << (8 * b);
+      uint32_t lo = 0, hi = 0;
+      dense_detail::fp8x4_to_f16x2(w, lo, hi);
+      const uint32_t half = (pos % 2 == 0 ? lo : hi) >> (pos >= 2 ? 16 : 0);
+      bad += f16(half & 0xffff) != want || ((half & 0x8000) != 0) != ((c & 0x80) != 0);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(checked, 254 * 4);
 }
 
 // Where the tensor-core kernel runs (no GPU needed: the shape rules on H100- and RTX 3090-like

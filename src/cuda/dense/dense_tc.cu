@@ -46,6 +46,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/tensor_map.h"
 #include "cuda/dense/dense_internal.h"
+#include "cuda/dense/fp8_f16.h"
 #include "cuda/w4a16/ptx.cuh"
 
 namespace dsv4::cuda {
@@ -81,13 +82,6 @@ struct TcParams {
 // Bytes of one staged x row: k fp16 values and 16 bytes of padding (lds.128 of 8 rows spread
 // over the banks).
 __host__ __device__ constexpr int x_row_bytes(int k) { return 2 * k + 16; }
-
-// The two f16x2 registers of a word's four codes: codes 0|2 (lo) and 1|3 (hi), each the code's
-// value times 2^-8.
-__device__ __forceinline__ void fp8x4_to_f16x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  lo = ((w << 7) & 0x3f803f80u) | ((w << 8) & 0x80008000u);
-  hi = ((w >> 1) & 0x3f803f80u) | (w & 0x80008000u);
-}
 
 __device__ __forceinline__ void cp_async_wait_pending(int pending) {
   switch (pending) {
@@ -243,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
         const uint4 xb = *reinterpret_cast<const uint4*>(xrow + (gi * 4 + s) * 64);
         uint32_t lo[4], hi[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) fp8x4_to_f16x2(w[j], lo[j], hi[j]);
+        for (int j = 0; j < 4; ++j) dense_detail::fp8x4_to_f16x2(w[j], lo[j], hi[j]);
         mma::mma_f16(d, lo, xb.x, xb.z);
         mma::mma_f16(d, hi, xb.y, xb.w);
       } else {
