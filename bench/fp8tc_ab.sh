@@ -9,11 +9,10 @@
 set -u
 DEADLINE=${DEADLINE:-560}
 B=.carry/bin
-mkdir -p $B && tar xJf .carry/pack.tar.xz -C .carry
-for t in next_new tc tc3; do tar xJf .carry/$t.tar.xz -C $B; done
-C=$(find /usr/local /opt /usr/lib -maxdepth 8 -name 'libcublas.so.13' | head -1)
-export LD_LIBRARY_PATH=$PWD/.carry/lib:$(dirname $C):/usr/local/cuda/lib64
+. bench/device_lib.sh
+carry_env next_new tc tc3 || exit 2
 R=$OUT/r; mkdir -p $R
+LADDER_COMMIT=fp8tc
 left() { [ $((DEADLINE - SECONDS)) -gt "$1" ]; }
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total --format=csv | tee $R/env.txt
 timeout 120 $B/cuda_dense_test_tc3 --gtest_filter='*Fp8*:*GroupedWoA*:*RejectsUnsupported*:*EdgeShapes*' > $R/dense_tc3.log 2>&1
@@ -35,14 +34,8 @@ if [ -n "$NCU" ] && left 300; then
   echo "ncu rc=$?"
   grep -E "Duration|DRAM Throughput|Issued Warp|No Eligible|Registers Per|Warp Cycles Per Issued|stalled" $R/ncu_tc3.txt | head -12
 fi
-lad() {  # name binary extra-args
-  local name=$1 bin=$2; shift 2
-  timeout 120 $B/$bin bench --synthetic flash --layers 20 --batch 1,32 --context 4096 "$@" --commit fp8tc \
-    --command "$bin bench --synthetic flash --layers 20 --batch 1,32 --context 4096 $*" --out $R/$name.json 2>&1 |
-    grep -E "decode B=.*graph" | sed "s/^/$name: /" | cut -c1-150
-}
 for r in 1 2; do
-  for v in new tc tc3; do left 80 && lad ${v}_fp8_$r dsv4_$v --wo-a fp8; done
+  for v in new tc tc3; do left 80 && ladder ${v}_fp8_$r dsv4_$v --wo-a fp8; done
 done
 tar czf $OUT/all.tgz -C $OUT r
 echo "done ${SECONDS}s"

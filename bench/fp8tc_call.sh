@@ -8,10 +8,10 @@
 set -u
 DEADLINE=${DEADLINE:-560}
 B=.carry/bin
-mkdir -p $B && tar xJf .carry/pack.tar.xz -C .carry && tar xJf .carry/next_new.tar.xz -C $B && tar xJf .carry/tc.tar.xz -C $B
-C=$(find /usr/local /opt /usr/lib -maxdepth 8 -name 'libcublas.so.13' | head -1)
-export LD_LIBRARY_PATH=$PWD/.carry/lib:$(dirname $C):/usr/local/cuda/lib64
+. bench/device_lib.sh
+carry_env next_new tc || exit 2
 R=$OUT/r; mkdir -p $R
+LADDER_COMMIT=fp8tc
 left() { [ $((DEADLINE - SECONDS)) -gt "$1" ]; }
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total --format=csv | tee $R/env.txt
 timeout 150 $B/cuda_dense_test_tc --gtest_filter='*Fp8*:*VsCublas*:*GroupedWoA*:*RejectsUnsupported*' > $R/dense.log 2>&1
@@ -31,16 +31,10 @@ fi
 timeout 150 $B/gpu_model_test_tc --gtest_filter='*Fp8*' > $R/model.log 2>&1
 echo "model rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/model.log | tr '\n' ' ')"
 grep -E "Failure|rel|top" $R/model.log | head -10
-lad() {  # name binary extra-args
-  local name=$1 bin=$2; shift 2
-  timeout 120 $B/$bin bench --synthetic flash --layers 20 --batch 1,32 --context 4096 "$@" --commit fp8tc \
-    --command "$bin bench --synthetic flash --layers 20 --batch 1,32 --context 4096 $*" --out $R/$name.json 2>&1 |
-    grep -E "decode B=" | sed "s/^/$name: /" | cut -c1-150
-}
 for r in 1 2; do
-  left 120 && lad base_fp8_$r dsv4_new --wo-a fp8
-  left 120 && lad tc_fp8_$r dsv4_tc --wo-a fp8
+  left 120 && ladder base_fp8_$r dsv4_new --wo-a fp8
+  left 120 && ladder tc_fp8_$r dsv4_tc --wo-a fp8
 done
-left 100 && lad tc_bf16 dsv4_tc
+left 100 && ladder tc_bf16 dsv4_tc
 tar czf $OUT/all.tgz -C $OUT r
 echo "done ${SECONDS}s"

@@ -11,11 +11,10 @@ set -u
 S=${1:?usage: tc_call.sh SUFFIX}
 DEADLINE=${DEADLINE:-560}
 B=.carry/bin
-mkdir -p $B && tar xJf .carry/pack.tar.xz -C .carry
-for t in next_new tc $S; do tar xJf .carry/$t.tar.xz -C $B; done
-C=$(find /usr/local /opt /usr/lib -maxdepth 8 -name 'libcublas.so.13' | head -1)
-export LD_LIBRARY_PATH=$PWD/.carry/lib:$(dirname $C):/usr/local/cuda/lib64
+. bench/device_lib.sh
+carry_env next_new tc $S || exit 2
 R=$OUT/r; mkdir -p $R
+LADDER_COMMIT=$S
 left() { [ $((DEADLINE - SECONDS)) -gt "$1" ]; }
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total --format=csv | tee $R/env.txt
 for t in cuda_dense_test gpu_blas_test gpu_model_test; do
@@ -26,17 +25,11 @@ for t in cuda_dense_test gpu_blas_test gpu_model_test; do
 done
 timeout 100 $B/cuda_dense_test_$S --gtest_filter='*VsCublas*' > $R/vs_$S.log 2>&1
 grep -E "^\[ vs .*M=(1|8) " $R/vs_$S.log | cut -c1-105
-lad() {  # name binary extra-args
-  local name=$1 bin=$2; shift 2
-  timeout 120 $B/$bin bench --synthetic flash --layers 20 --batch 1,32 --context 4096 "$@" --commit $S \
-    --command "$bin bench --synthetic flash --layers 20 --batch 1,32 --context 4096 $*" --out $R/$name.json 2>&1 |
-    grep -E "decode B=.*graph" | sed "s/^/$name: /" | cut -c1-150
-}
 for r in 1 2; do
-  left 80 && lad base_bf16_$r dsv4_new
-  left 80 && lad ${S}_bf16_$r dsv4_$S
-  left 80 && lad tc_fp8_$r dsv4_tc --wo-a fp8
-  left 80 && lad ${S}_fp8_$r dsv4_$S --wo-a fp8
+  left 80 && ladder base_bf16_$r dsv4_new
+  left 80 && ladder ${S}_bf16_$r dsv4_$S
+  left 80 && ladder tc_fp8_$r dsv4_tc --wo-a fp8
+  left 80 && ladder ${S}_fp8_$r dsv4_$S --wo-a fp8
 done
 tar czf $OUT/all.tgz -C $OUT r
 echo "done ${SECONDS}s"

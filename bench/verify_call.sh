@@ -12,9 +12,8 @@
 set -u
 LABEL=${1:?usage: verify_call.sh LABEL}; DEADLINE=${DEADLINE:-560}
 B=.carry/bin
-mkdir -p $B && tar xJf .carry/pack.tar.xz -C .carry && tar xJf .carry/next_new.tar.xz -C $B && tar xJf .carry/next_base.tar.xz -C $B
-C=$(find /usr/local /opt /usr/lib -maxdepth 8 -name 'libcublas.so.13' | head -1)
-export LD_LIBRARY_PATH=$PWD/.carry/lib:$(dirname $C):/usr/local/cuda/lib64
+. bench/device_lib.sh
+carry_env next_new next_base || exit 2
 R=$OUT/r; mkdir -p $R
 left() { [ $((DEADLINE - SECONDS)) -gt "$1" ]; }
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total,driver_version --format=csv | tee $R/env.txt

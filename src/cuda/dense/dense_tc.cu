@@ -64,6 +64,9 @@ constexpr int kSlotBytes = 16 * 128;  // 16 weight rows x one 128-code group
 constexpr int kMaxStages = 8;
 constexpr int kMaxDevices = 64;
 
+// Weight rows of a block with kw K warps per 16-row tile (8 warps in all).
+__host__ __device__ constexpr int block_rows_of(int kw) { return 16 * (kWarps / kw); }
+
 struct TcParams {
   CUtensorMap map;         // use_tma: W's bytes as u8 [groups * n, row bytes], boxes of 128 x 16, 128-byte swizzle
   const __nv_bfloat16* x;  // bf16 [m, ldx]; group g reads columns [g * xgs, + k)
@@ -107,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
   __shared__ float s_red[4 * kMaxBlockRows * 8];           // the K warps' sums: [wk][block row][x row]
   __shared__ unsigned s_row_exp[8];                        // largest bf16 exponent field of x row r
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int kw = p.kwarps, block_rows = 16 * (kWarps / kw);
+  const int kw = p.kwarps, block_rows = block_rows_of(kw);
   const int rt = warp / kw, wk = warp % kw;
   const int g = lane >> 2, q = lane & 3;
   const int kg = p.k / 128;  // kFp8: exponents per row
@@ -224,8 +227,8 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
     __syncwarp();
     const int gi = wk + i * kw;
     const uint32_t sl = ring + uint32_t(slot * kSlotBytes);
-    // bf16: two accumulator sets (even and odd k16 steps). fp8: one (a second one measured slower
-    // on an H100: wo_a M = 1 21.2 against 20.8 us).
+    // bf16: two accumulator sets (even and odd k16 steps; e unused for fp8). fp8: one (a second one
+    // measured slower on an H100: wo_a M = 1 21.2 against 20.8 us).
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
@@ -247,8 +250,6 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
         mma::mma_bf16((s & 1) != 0 ? e : d, w, b0, b1);
       }
     }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) d[j] += e[j];
     if constexpr (kFp8) {
       // 2^(exp + 8): the group's power of two and the codes' 2^-8.
       const float f0 = __uint_as_float(uint32_t(int(erow[gi]) + 135) << 23);
@@ -259,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
       acc[3] = fmaf(d[3], f1, acc[3]);
     } else {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) acc[j] += d[j];
+      for (int j = 0; j < 4; ++j) acc[j] += d[j] + e[j];
     }
     __syncwarp();  // every lane is done with the slot before it is refilled
     if (i + stages < n_items) issue(i + stages, slot);
@@ -297,7 +298,7 @@ int tc_kwarps(const DenseDecodeShape& s, const DeviceInfo& dev) {
 // Dynamic shared memory: the rings, x, (fp8) the exponents and up to 1 KB to the first 1024-byte
 // boundary.
 size_t tc_smem(int m, int k, int stages, bool fp8, int kwarps) {
-  const int block_rows = 16 * (kWarps / kwarps);
+  const int block_rows = block_rows_of(kwarps);
   return size_t(kWarps) * stages * kSlotBytes + size_t(m) * x_row_bytes(k) +
          (fp8 ? size_t(block_rows) * (k / 128) : 0) + 1024;
 }
@@ -331,7 +332,7 @@ Status launch_tc(const TcParams& p, const DenseDecodeShape& s, size_t smem, cons
   });
   DSV4_RETURN_IF_ERROR(cuda_status(attr_err[dev.device], "cudaFuncSetAttribute(dense_tc_kernel)"));
   DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
-  const unsigned grid = unsigned(int64_t(s.groups) * s.n / (16 * (kWarps / p.kwarps)));
+  const unsigned grid = unsigned(int64_t(s.groups) * s.n / block_rows_of(p.kwarps));
   return launch_kernel(kernel, dim3(grid), dim3(kThreads), smem, stream, pdl, p, "dense_tc_kernel");
 }
 
