@@ -7,7 +7,9 @@ programmatic dependent launches a kernel taken out of the chain often hands its 
 neighbours (an earlier launch of the next kernel competes with the one before). What a change to
 the chain buys shows better as the time between fixed landmarks of each layer: here the end of
 the wq_a|wkv GEMM (the first kernel of a layer's attention), the end of the attention combine and
-the indexer's launches on CSA layers. Usage:
+the indexer's launches on CSA layers. After the segments, a table per kernel (name and grid):
+launches, median duration, median and summed exposed time, the 15 largest by summed exposure.
+Usage:
 
   python3 bench/trace_segments.py RESULT.json [RESULT2.json ...]
 """
@@ -63,6 +65,16 @@ def main():
         print(f"== {path}: step span {span:.1f} us, {len(rows)} kernels")
         for name, v in sorted(segments(rows).items()):
             print(f"  {name:38s} n {len(v):2d}  median {statistics.median(v):7.2f} us  sum {sum(v):8.1f} us")
+        kernels = {}
+        for r in rows:
+            k = kernels.setdefault((r["name"][:48], tuple(r["grid"])), ([], []))
+            k[0].append(r["end_us"] - r["start_us"])
+            k[1].append(r["exposed_us"])
+        print("  kernel                                           grid            n  duration  exposed  exposed sum (us)")
+        for (name, grid), (dur, exp) in sorted(kernels.items(), key=lambda kv: -sum(kv[1][1]))[:15]:
+            g = "x".join(str(x) for x in grid)
+            print(f"  {name:48s} {g:13s} {len(dur):3d} {statistics.median(dur):9.2f} {statistics.median(exp):8.2f} "
+                  f"{sum(exp):9.1f}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@
 #include "base/numeric.h"
 #include "cuda/common/arch.h"
 #include "cuda/common/tensor_map.h"
+#include "cuda/common/trace.cuh"
 #include "cuda/dense/dense.h"
 #include "cuda/dense/dense_internal.h"
 #include "cuda/dense/fp8_f16.h"
@@ -523,6 +524,9 @@ TEST(DenseDecode, VsCublas) {
   const TimingBlas tb;
   ASSERT_TRUE(tb.ok);
   const cudaStream_t stream = tb.stream;
+  auto dev_or = current_device_info();
+  ASSERT_TRUE(dev_or.is_ok());
+  const DeviceInfo* dev = *dev_or;
   for (const TimedShape& ts : shapes) {
     const size_t wbytes = size_t(ts.groups) * size_t(ts.n) * size_t(ts.k) * 2;
     const int copies = int(std::max<size_t>(4, (size_t(120) << 20) / wbytes + 1));
@@ -582,6 +586,20 @@ TEST(DenseDecode, VsCublas) {
         });
         report(rpb == 0 ? "dense" : rpb == kDenseForceStream ? "dense stream" : rpb == 8 ? "dense rpb8"
                : rpb == 16 ? "dense rpb16" : "dense tc", t);
+      }
+      // SM90: the tensor-core kernel with its slots by cp.async instead of TMA (the A/B of dense_tc.cu).
+      const bool tma = tma_supported(*dev);
+      if (tma && m <= kDenseTcMaxRows) {
+        report("dense tc cpa", time_calls(stream, [&](int i) {
+                 const Status st = dense_tc_gemm(x, weights(i), {}, d_y.get(), out, s, stream, {.cp_async_slots = true});
+                 EXPECT_TRUE(st.is_ok()) << st.to_string();
+               }));
+        if (ts.bf16_out)
+          report("fp8 tc cpa", time_calls(stream, [&](int i) {
+                   const Status st = dense_tc_gemm(x, nullptr, fp8_weights(i), d_y.get(), out, s, stream,
+                                                   {.cp_async_slots = true});
+                   EXPECT_TRUE(st.is_ok()) << st.to_string();
+                 }));
       }
       if (ts.bf16_out) {  // wo_a in the fp8 form: half the bytes (GB/s below: of the bf16 bytes)
         for (int rpb : {0, kDenseForceStream, 16, 32}) {
@@ -659,6 +677,100 @@ TEST(DenseDecode, Fp8PrefillCopyVsCublas) {
 // The tensor-core kernel's fp8 -> fp16 bit placement (no GPU needed): every code (but the two
 // NaNs, which the fp8 form never holds) in every byte of a word reads as its e4m3 value times 2^-8,
 // subnormals, signed zeros and +-448 included, in the 0|2 / 1|3 halves the kernel expects.
+// The tensor-core kernel's phases, per block (trace stamps, cuda/common/trace.cuh): wo_a in the
+// fp8 form at M = 1 and 8 and the CSA projection's bf16 weight at M = 1, each launched 16 times
+// back to back (PDL where on) over 4 weight copies larger than L2; printed for launch 12 relative
+// to its first block's entry, with the previous launch's last exit. Asserts every block of every
+// launch stamped its four points in order (entry <= x staged <= loop done <= exit).
+TEST(DenseDecode, TensorCoreTimeline) {
+  DSV4_SKIP_WITHOUT_GPU();
+  constexpr int kLaunches = 16, kShown = 12, kCopies = 4;
+  struct Run {
+    const char* name;
+    int n, k, groups, m;
+    bool fp8;
+  };
+  const Run runs[] = {{"wo_a fp8", 1024, 4096, 8, 1, true}, {"wo_a fp8", 1024, 4096, 8, 8, true},
+                      {"proj_csa bf16", 2624, 4096, 1, 1, false}};
+  for (const Run& r : runs) {
+    const int64_t rows = int64_t(r.groups) * r.n, wn = rows * r.k;
+    const size_t wbytes = size_t(wn) * (r.fp8 ? 1 : 2), ebytes = size_t(wn / 128);
+    DeviceBuffer d_w = device_alloc(wbytes * kCopies), d_e = device_alloc(r.fp8 ? ebytes * kCopies : 16);
+    DeviceBuffer d_x = device_alloc(size_t(r.m) * r.groups * r.k * 2), d_y = device_alloc(size_t(r.m) * rows * 4);
+    DSV4_ASSERT_OK(testing::fill_random_bf16(d_x.as<__nv_bfloat16>(), int64_t(r.m) * r.groups * r.k, 31, 1.0f, nullptr));
+    for (int c = 0; c < kCopies; ++c) {
+      if (r.fp8)
+        DSV4_ASSERT_OK(testing::fill_random_fp8_groups(d_w.as<uint8_t>() + wbytes * c, d_e.as<int8_t>() + ebytes * c,
+                                                       rows, r.k, 40 + uint64_t(c), -15, -14, nullptr));
+      else
+        DSV4_ASSERT_OK(testing::fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(d_w.as<uint8_t>() + wbytes * c), wn,
+                                                 40 + uint64_t(c), 0.03f, nullptr));
+    }
+    const DenseDecodeShape s{.m = r.m, .n = r.n, .k = r.k, .groups = r.groups, .ldx = int64_t(r.groups) * r.k,
+                             .x_group_stride = r.groups > 1 ? r.k : 0, .ldy = rows,
+                             .y_group_stride = r.groups > 1 ? r.n : 0};
+    const DeviceInfo* dev = nullptr;
+    {
+      auto d = current_device_info();
+      ASSERT_TRUE(d.is_ok());
+      dev = *d;
+    }
+    const void* w0 = r.fp8 ? nullptr : d_w.get();
+    const Fp8WeightView w80 = r.fp8 ? Fp8WeightView{d_w.as<uint8_t>(), d_e.as<int8_t>()} : Fp8WeightView{};
+    ASSERT_TRUE(dense_tc_supported(s, w0, w80, *dev)) << r.name;
+    const int block_rows = dense_tc_fills_gpu(s, *dev) ? 32 : 16;
+    const int64_t blocks = rows / block_rows;
+    DeviceBuffer d_tr = device_alloc(size_t(kLaunches) * size_t(blocks) * kTracePoints * 8);
+    for (const bool cpa : {false, true}) {
+      if (cpa && !tma_supported(*dev)) continue;  // SM90: TMA slots, then cp.async ones
+      cudaStream_t stream = nullptr;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+      // On the launches' stream: a plain cudaMemset (legacy stream) does not order against it.
+      ASSERT_EQ(cudaMemsetAsync(d_tr.get(), 0, size_t(kLaunches) * size_t(blocks) * kTracePoints * 8, stream),
+                cudaSuccess);
+      for (int i = 0; i < kLaunches; ++i) {
+        const int c = i % kCopies;
+        const __nv_bfloat16* w = r.fp8 ? nullptr : reinterpret_cast<const __nv_bfloat16*>(d_w.as<uint8_t>() + wbytes * c);
+        const Fp8WeightView w8 =
+            r.fp8 ? Fp8WeightView{d_w.as<uint8_t>() + wbytes * c, d_e.as<int8_t>() + ebytes * c} : Fp8WeightView{};
+        const Status st = dense_tc_gemm(d_x.as<__nv_bfloat16>(), w, w8, d_y.get(), r.fp8 ? DenseOut::kBf16 : DenseOut::kF32,
+                                        s, stream,
+                                        {.trace = d_tr.as<unsigned long long>() + int64_t(i) * blocks * kTracePoints,
+                                         .cp_async_slots = cpa});
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+      }
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+      const std::vector<unsigned long long> tr =
+          download<unsigned long long>(d_tr.get(), size_t(kLaunches) * size_t(blocks) * kTracePoints);
+      int64_t unordered = 0;
+      for (int64_t b = 0; b < kLaunches * blocks; ++b) {
+        const unsigned long long* t = &tr[size_t(b) * kTracePoints];
+        unordered += t[0] == 0 || t[0] > t[1] || t[1] > t[2] || t[2] > t[3];
+      }
+      EXPECT_EQ(unordered, 0) << r.name << ": blocks whose stamps are missing or out of order";
+      auto stamp = [&](int launch, int64_t b, int pt) { return tr[size_t((launch * blocks + b) * kTracePoints + pt)]; };
+      unsigned long long t0 = ~0ull, prev_exit = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        t0 = std::min(t0, stamp(kShown, b, 0));
+        prev_exit = std::max(prev_exit, stamp(kShown - 1, b, 3));
+      }
+      std::printf("[ tc    ] %-13s M=%d %s  %lld blocks of %d rows; us from the first entry "
+                  "(previous launch's last exit %+.2f):",
+                  r.name, r.m, tma_supported(*dev) && !cpa ? "tma" : "cpa", static_cast<long long>(blocks), block_rows,
+                  (double(prev_exit) - double(t0)) * 1e-3);
+      const char* names[kTracePoints] = {"entry", "x staged", "loop done", "exit"};
+      for (int pt = 0; pt < kTracePoints; ++pt) {
+        std::vector<double> v;
+        for (int64_t b = 0; b < blocks; ++b) v.push_back((double(stamp(kShown, b, pt)) - double(t0)) * 1e-3);
+        std::sort(v.begin(), v.end());
+        std::printf("  %s p50 %.2f max %.2f", names[pt], v[v.size() / 2], v.back());
+      }
+      std::printf("\n");
+    }
+  }
+}
+
 TEST(DenseDecode, Fp8CodesAsFp16) {
   auto f16 = [](uint32_t h) {  // fp16 bits -> value (exact in double)
     const int e = int((h >> 10) & 31), m = int(h & 1023);
@@ -716,6 +828,8 @@ TEST(DenseDecode, TensorCoreShapeRules) {
   woa.m = 1;
   EXPECT_FALSE(dense_tc_supported(woa, nullptr, Fp8WeightView{buf + 8, w8.exps}, h100)) << "codes not 16-byte aligned";
   EXPECT_FALSE(dense_tc_supported(woa, nullptr, Fp8WeightView{buf, nullptr}, h100)) << "no exponents";
+  EXPECT_FALSE(dense_tc_supported(woa, nullptr, Fp8WeightView{buf, reinterpret_cast<const int8_t*>(buf + 8)}, h100))
+      << "exponents not 16-byte aligned";
   EXPECT_FALSE(dense_tc_supported(woa, buf + 8, {}, h100)) << "bf16 weight not 16-byte aligned";
   DenseDecodeShape s = woa;
   s.n = 1000;  // not a multiple of 32
@@ -734,6 +848,16 @@ TEST(DenseDecode, TensorCoreShapeRules) {
   EXPECT_TRUE(dense_tc_fills_gpu(csa, h100));
   EXPECT_FALSE(dense_tc_fills_gpu(hca, h100));
   EXPECT_TRUE(dense_tc_supported(hca, bf16, {}, h100)) << "it still runs there when forced";
+  // Ring depth: wo_a's 256 blocks keep 16 MB requested with 4 slots a warp; the CSA projection's 82
+  // take the deepest ring at which two blocks fit (6); at 8 rows the x rows leave room for 2; the
+  // 3090's shared memory allows 2.
+  EXPECT_EQ(dense_tc_ring_slots(woa, true, h100), 4);
+  EXPECT_EQ(dense_tc_ring_slots(woa, false, h100), 4);
+  EXPECT_EQ(dense_tc_ring_slots(csa, false, h100), 6);
+  EXPECT_EQ(dense_tc_ring_slots(woa, true, rtx3090), 2);
+  woa.m = kDenseTcMaxRows;
+  EXPECT_EQ(dense_tc_ring_slots(woa, true, h100), 2);
+  woa.m = 1;
 
   CUtensorMap map;
   EXPECT_FALSE(encode_u8_map_sw128(buf, 16, 256, 260, 128, 16, &map).is_ok()) << "row stride not a multiple of 16";

@@ -47,6 +47,7 @@ std::vector<T> download(const void* src, size_t count) {
 template std::vector<uint16_t> download<uint16_t>(const void*, size_t);
 template std::vector<int32_t> download<int32_t>(const void*, size_t);
 template std::vector<float> download<float>(const void*, size_t);
+template std::vector<unsigned long long> download<unsigned long long>(const void*, size_t);
 
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> r(v.size());

@@ -13,6 +13,8 @@ namespace dsv4::cuda {
 
 inline constexpr int kTracePoints = 4;  // entry, dependency met, main loop done, exit
 
+#if defined(__CUDACC__)  // host code (a test reading the stamps) needs only the layout above
+
 // Stamp `point` of this block (thread 0), or with `slot` >= 0 of that pseudo-block instead (a
 // kernel's one-off tail: the slots past the grid's blocks).
 __device__ __forceinline__ void trace_stamp(unsigned long long* trace, int point, int64_t slot = -1) {
@@ -23,5 +25,6 @@ __device__ __forceinline__ void trace_stamp(unsigned long long* trace, int point
       slot >= 0 ? slot : blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
   trace[block * kTracePoints + point] = t;
 }
+#endif
 
 }  // namespace dsv4::cuda

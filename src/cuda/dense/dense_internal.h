@@ -35,10 +35,23 @@ bool dense_tc_supported(const DenseDecodeShape& s, const void* w, Fp8WeightView 
 // HCA projection 10.1 against 9.3 us).
 bool dense_tc_fills_gpu(const DenseDecodeShape& s, const DeviceInfo& dev);
 
+// Ring slots a warp of the kernel streams through for `s` (fp8 or bf16 weights) on `dev`: enough
+// for the grid to keep ~16 MB requested, within two blocks' shared memory an SM; 0 where the
+// kernel does not fit.
+int dense_tc_ring_slots(const DenseDecodeShape& s, bool fp8, const DeviceInfo& dev);
+
+// Diagnostics of dense_tc_gemm for tests and benchmarks (production passes none).
+struct DenseTcDiagnostics {
+  // kTracePoints stamps a block (cuda/common/trace.cuh: entry, x staged, main loop done, exit),
+  // groups * n / (dense_tc_fills_gpu ? 32 : 16) blocks.
+  unsigned long long* trace = nullptr;
+  bool cp_async_slots = false;  // the slots by cp.async where TMA would bring them (SM90)
+};
+
 // y = x . W^T on tensor cores: the exact products summed in fp32 in another order than the other
 // kernels (close to their result, not its bits). Exactly one of w (bf16) and w8.codes (fp8 form;
 // bf16 out only) is set.
 Status dense_tc_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView w8, void* y, DenseOut out,
-                     const DenseDecodeShape& s, cudaStream_t stream);
+                     const DenseDecodeShape& s, cudaStream_t stream, const DenseTcDiagnostics& diag = {});
 
 }  // namespace dsv4::cuda

@@ -29,8 +29,9 @@
 // with the 128-byte swizzle, completing on the slot's mbarrier), elsewhere 4 cp.async per lane.
 // Whether TMA pays here is not settled: on an H100, in separate calls, wo_a at M = 1 took 20.1 us
 // with cp.async and 20.6-20.9 with TMA; the H200 has run only the TMA form (18.9 us; NOTES.md).
-// The first slots and (fp8) the block's
-// exponents are requested before the PDL wait. A block's rows lie in one group of a grouped GEMM
+// fp8: each slot's 16 rows bring their exponents along (4 bytes a row by cp.async, into the warp's
+// exponent ring). The first slots are requested before the PDL wait. A block's rows lie in one
+// group of a grouped GEMM
 // (n % 32 == 0). Measured against the other kernels: bench/results/NOTES.md, "The tensor-core
 // decode kernel".
 #include <cuda_bf16.h>
@@ -45,6 +46,7 @@
 #include "cuda/common/mma.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/tensor_map.h"
+#include "cuda/common/trace.cuh"
 #include "cuda/dense/dense_internal.h"
 #include "cuda/dense/fp8_f16.h"
 #include "cuda/w4a16/ptx.cuh"
@@ -61,7 +63,15 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxBlockRows = 32;  // 2 row tiles x 4 K warps, or 1 x 8 (TcParams::kwarps)
 constexpr int kRowMultiple = 32;   // n must be a multiple of this (either block shape)
 constexpr int kSlotBytes = 16 * 128;  // 16 weight rows x one 128-code group
+constexpr int kExpSlotBytes = 16 * 4;  // fp8: 4 bytes of exponents for each of the slot's 16 rows
 constexpr int kMaxStages = 8;
+// Bytes the whole grid keeps requested: the ring depth is the smallest that reaches this (up to
+// what shared memory allows at two blocks an SM). More only queues: every block's first slots are
+// requested at once, and whatever else the GPU loads then (the predecessor's tail, this grid's x
+// rows) waits behind them. H100, the 20-layer B = 1 step with fp8 wo_a (256 blocks): 4 slots a warp
+// (16 MB) 3.208-3.217 ms, 6 (25 MB) 3.229-3.236, 3 (12 MB) 3.42-3.44; the CSA projection (82
+// blocks) keeps 6 (NOTES.md, "What the tensor-core kernel waits for").
+constexpr int64_t kInFlightBytes = int64_t(16) << 20;
 constexpr int kMaxDevices = 64;
 
 // Weight rows of a block with kw K warps per 16-row tile (8 warps in all).
@@ -80,11 +90,18 @@ struct TcParams {
                      // that 32-row blocks would leave short of one block per SM)
   bool evict_first;  // weights read with L2 evict-first priority (arch.h weights_evict_first)
   bool use_tma;      // SM90: the slots come by TMA (map), else by cp.async
+  unsigned long long* trace;  // diagnostics (trace.cuh), null in production: entry, x staged, loop done, exit
 };
 
 // Bytes of one staged x row: k fp16 values and 16 bytes of padding (lds.128 of 8 rows spread
 // over the banks).
 __host__ __device__ constexpr int x_row_bytes(int k) { return 2 * k + 16; }
+
+__device__ __forceinline__ int lds_s8(uint32_t addr) {
+  int v;
+  asm volatile("ld.shared.s8 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
 
 __device__ __forceinline__ void cp_async_wait_pending(int pending) {
   switch (pending) {
@@ -95,7 +112,8 @@ __device__ __forceinline__ void cp_async_wait_pending(int pending) {
     case 4: mma::cp_async_wait<4>(); break;
     case 5: mma::cp_async_wait<5>(); break;
     case 6: mma::cp_async_wait<6>(); break;
-    default: mma::cp_async_wait<7>(); break;
+    case 7: mma::cp_async_wait<7>(); break;
+    default: mma::cp_async_wait<8>(); break;
   }
 }
 
@@ -105,10 +123,12 @@ template <bool kFp8, bool kBf16Out>
 __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_constant__ TcParams p) {
   constexpr int kSlotK = kFp8 ? 128 : 64;  // k per slot row (128 bytes)
   constexpr int kElemBytes = kFp8 ? 1 : 2;
-  // From the first 1024-byte boundary (the TMA swizzle's period): rings, x [m][x_row_bytes], exps.
+  // From the first 1024-byte boundary (the TMA swizzle's period): rings, x [m][x_row_bytes], and
+  // (kFp8) the exponent rings, kExpSlotBytes a slot.
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ float s_red[4 * kMaxBlockRows * 8];           // the K warps' sums: [wk][block row][x row]
-  __shared__ unsigned s_row_exp[8];                        // largest bf16 exponent field of x row r
+  __shared__ unsigned s_row_exp[kWarps];                   // kFp8: largest bf16 exponent field of x row r
+  trace_stamp(p.trace, 0);
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int kw = p.kwarps, block_rows = block_rows_of(kw);
   const int rt = warp / kw, wk = warp % kw;
@@ -122,7 +142,9 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
   const uint32_t ring = mma::smem_u32(smem) + uint32_t(warp * stages * kSlotBytes);
   unsigned char* xs = smem + kWarps * stages * kSlotBytes;
   const int xrb = x_row_bytes(p.k);
-  int8_t* es = reinterpret_cast<int8_t*>(xs + p.m * xrb);  // kFp8: [block_rows][kg]
+  // kFp8: this warp's exponent ring; slot s holds, for each of its 16 rows, the aligned 4 bytes
+  // of the row's exponents that hold the slot's group.
+  const uint32_t ering = mma::smem_u32(xs + p.m * xrb) + uint32_t(warp * stages * kExpSlotBytes);
   const int n_items = wk < ks ? (ks - wk + kw - 1) / kw : 0;
 
   // Item i of this warp: slot column wk + kw i (fp8: that 128-column group) of rows row0 + 16 rt ..
@@ -141,10 +163,19 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
     __syncwarp();
   }
 #endif
+  // The slot's exponents come with it (same cp.async group; on SM90 waited for beside the slot's
+  // mbarrier): loaded once for the block before the ring, they queued behind every SM's ring
+  // requests and held the first mma back ~9 us (H100 timeline, NOTES.md).
   auto issue = [&](int i, int slot) {
     const int gi = wk + i * kw;
     const uint32_t dst = ring + uint32_t(slot * kSlotBytes);
     const uint64_t pol = p.evict_first ? mma::l2_evict_first_policy() : 0;
+    if constexpr (kFp8) {
+      if (lane < 16) {  // rows * kg is a multiple of 4 and exps 16-byte aligned: in bounds
+        const int64_t e = (row0 + 16 * rt + lane) * kg + gi;
+        mma::cp_async4(ering + uint32_t(slot * kExpSlotBytes + lane * 4), p.w8.exps + (e & ~int64_t(3)), true);
+      }
+    }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (p.use_tma) {
       if (lane == 0) {
@@ -167,23 +198,29 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
     if (i < n_items) issue(i, i);
     mma::cp_async_commit();
   }
-  // The exponents are weights too: read before the wait.
-  if constexpr (kFp8)
-    for (int i = tid; i < block_rows * kg; i += kThreads) es[i] = __ldg(p.w8.exps + row0 * kg + i);
-  if (tid < 8) s_row_exp[tid] = 0;
-  __syncthreads();
 
-  // x may be the previous kernel's output: after the wait, through L2. Raw bf16 first (and each
-  // row's largest exponent), then in place to scaled fp16 in the mma's k order.
+  // x may be the previous kernel's output: after the wait, through L2. Raw bf16 first (every
+  // load in flight at once), then (kFp8) warp r finds row r's largest exponent (m <= kWarps; a
+  // shared atomic per chunk serialized 512 of them on one address at k = 4096), then in place to
+  // scaled fp16 in the mma's k order.
   pdl_wait();
   const int chunks = p.k / 8;  // 16-byte chunks of an x row
   for (int idx = tid; idx < p.m * chunks; idx += kThreads) {
     const int r = idx / chunks, c = idx - r * chunks;
     const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p.x + int64_t(r) * p.ldx + int64_t(grp) * p.xgs) + c);
     *reinterpret_cast<uint4*>(xs + r * xrb + c * 16) = v;
-    if constexpr (kFp8) atomicMax(&s_row_exp[r], bf16x8_max_exponent(v));
   }
   __syncthreads();
+  if constexpr (kFp8) {
+    if (warp < p.m) {
+      unsigned e = 0;
+      for (int c = lane; c < chunks; c += 32)
+        e = max(e, bf16x8_max_exponent(*reinterpret_cast<const uint4*>(xs + warp * xrb + c * 16)));
+      e = __reduce_max_sync(0xffffffffu, e);
+      if (lane == 0) s_row_exp[warp] = e;
+    }
+    __syncthreads();
+  }
   // Each 32-value block: unit u (16 bytes) holds values 4u, 4u + 2, 4u + 1, 4u + 3, then the same
   // four 16 further, so a lane's one lds.128 gives both mmas' B registers.
   for (int idx = tid; kFp8 && idx < p.m * (p.k / 32); idx += kThreads) {
@@ -205,12 +242,15 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
                           pack(16 + 4 * u + 1, 16 + 4 * u + 3));
   }
   __syncthreads();
+  trace_stamp(p.trace, 1);
 
   // ldmatrix: lane l addresses row (l & 7) + 8 ((l >> 3) & 1) of the slot, chunk 2 s + (l >> 4).
   const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lhalf = lane >> 4;
   // B: x row g (clamped); kFp8: its unit q of each 32-value block, else its values 2q, 2q + 1.
   const unsigned char* xrow = xs + min(g, p.m - 1) * xrb + (kFp8 ? q * 16 : q * 4);
-  const int8_t* erow = es + (16 * rt + g) * kg;  // kFp8: exponents of rows g, g + 8
+  // kFp8: exponents of rows g and g + 8 of item i: byte ((row0 + 16 rt + row) kg + gi) & 3 of the
+  // row's 4 bytes in the slot.
+  const int64_t erow0 = (row0 + 16 * rt + g) * kg, erow1 = erow0 + 8 * kg;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int slot = 0;
   for (int i = 0; i < n_items; ++i) {
@@ -218,6 +258,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
     if (p.use_tma) {
       w4a16_detail::mbar_wait(bar0 + slot * 8, (phases >> slot) & 1u);
       phases ^= 1u << slot;
+      if constexpr (kFp8) cp_async_wait_pending(stages - 1);  // the slot's exponents
     } else {
       cp_async_wait_pending(stages - 1);
     }
@@ -252,8 +293,11 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
     }
     if constexpr (kFp8) {
       // 2^(exp + 8): the group's power of two and the codes' 2^-8.
-      const float f0 = __uint_as_float(uint32_t(int(erow[gi]) + 135) << 23);
-      const float f1 = __uint_as_float(uint32_t(int(erow[8 * kg + gi]) + 135) << 23);
+      const uint32_t es = ering + uint32_t(slot * kExpSlotBytes);
+      const int e0 = lds_s8(es + uint32_t(g * 4 + int((erow0 + gi) & 3)));
+      const int e1 = lds_s8(es + uint32_t((g + 8) * 4 + int((erow1 + gi) & 3)));
+      const float f0 = __uint_as_float(uint32_t(e0 + 135) << 23);
+      const float f1 = __uint_as_float(uint32_t(e1 + 135) << 23);
       acc[0] = fmaf(d[0], f0, acc[0]);
       acc[1] = fmaf(d[1], f0, acc[1]);
       acc[2] = fmaf(d[2], f1, acc[2]);
@@ -268,6 +312,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
     slot = slot + 1 == stages ? 0 : slot + 1;
   }
   mma::cp_async_wait<0>();
+  trace_stamp(p.trace, 2);
   // D rows g, g + 8 (weight rows), columns 2q, 2q + 1 (x rows).
   float* red = s_red + (wk * block_rows + 16 * rt + g) * 8 + 2 * q;  // kw x block_rows = 128 either way
   red[0] = acc[0];
@@ -286,6 +331,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
       else static_cast<float*>(p.y)[off] = sum;
     }
   }
+  trace_stamp(p.trace, 3);
 }
 
 // K warps per row tile: 4 (blocks of 32 rows), or 8 (16 rows) where 32-row blocks would not give
@@ -295,22 +341,24 @@ int tc_kwarps(const DenseDecodeShape& s, const DeviceInfo& dev) {
   return 2 * (int64_t(s.groups) * s.n / 32) < dev.n_sms ? 8 : 4;
 }
 
-// Dynamic shared memory: the rings, x, (fp8) the exponents and up to 1 KB to the first 1024-byte
-// boundary.
-size_t tc_smem(int m, int k, int stages, bool fp8, int kwarps) {
-  const int block_rows = block_rows_of(kwarps);
-  return size_t(kWarps) * stages * kSlotBytes + size_t(m) * x_row_bytes(k) +
-         (fp8 ? size_t(block_rows) * (k / 128) : 0) + 1024;
+// Dynamic shared memory: the rings, x, (fp8) the exponent rings and up to 1 KB to the first
+// 1024-byte boundary.
+size_t tc_smem(int m, int k, int stages, bool fp8) {
+  return size_t(kWarps) * stages * (kSlotBytes + (fp8 ? kExpSlotBytes : 0)) + size_t(m) * x_row_bytes(k) + 1024;
 }
 
-// The deepest ring (up to a warp's items) at which two blocks fit on an SM, else one block's.
+// The ring depth: enough for kInFlightBytes over the grid, at most a warp's items, and the deepest
+// at which two blocks fit on an SM below that (else one block's).
 int tc_stages(const DenseDecodeShape& s, bool fp8, int kwarps, const DeviceInfo& dev) {
   const int items = (s.k / (fp8 ? 128 : 64) + kwarps - 1) / kwarps;
+  const int64_t grid_slot_bytes = int64_t(s.groups) * s.n / block_rows_of(kwarps) * kWarps * kSlotBytes;
+  const int64_t wanted = std::max<int64_t>(2, (kInFlightBytes + grid_slot_bytes - 1) / grid_slot_bytes);
+  const int top = int(std::min<int64_t>({kMaxStages, std::max(2, items), wanted}));
   const size_t fixed = sizeof(float) * 4 * kMaxBlockRows * 8 + 64 + 8 * kWarps * kMaxStages + dev.smem_reserved_per_block;
-  for (int st = std::min(kMaxStages, std::max(2, items)); st >= 2; --st)
-    if (2 * (tc_smem(s.m, s.k, st, fp8, kwarps) + fixed) <= dev.smem_per_sm_bytes) return st;
-  for (int st = std::min(kMaxStages, std::max(2, items)); st >= 2; --st)
-    if (tc_smem(s.m, s.k, st, fp8, kwarps) + fixed <= dev.smem_optin_bytes) return st;
+  for (int st = top; st >= 2; --st)
+    if (2 * (tc_smem(s.m, s.k, st, fp8) + fixed) <= dev.smem_per_sm_bytes) return st;
+  for (int st = top; st >= 2; --st)
+    if (tc_smem(s.m, s.k, st, fp8) + fixed <= dev.smem_optin_bytes) return st;
   return 0;
 }
 
@@ -340,23 +388,29 @@ Status launch_tc(const TcParams& p, const DenseDecodeShape& s, size_t smem, cons
 
 bool dense_tc_fills_gpu(const DenseDecodeShape& s, const DeviceInfo& dev) { return tc_kwarps(s, dev) == 4; }
 
+int dense_tc_ring_slots(const DenseDecodeShape& s, bool fp8, const DeviceInfo& dev) {
+  return tc_stages(s, fp8, tc_kwarps(s, dev), dev);
+}
+
 bool dense_tc_supported(const DenseDecodeShape& s, const void* w, Fp8WeightView w8, const DeviceInfo& dev) {
   const bool fp8 = w == nullptr;
-  // 16-byte aligned weights (cp.async, TMA), exponents given.
+  // 16-byte aligned weights (cp.async, TMA) and exponents (cp.async).
   const void* wp = fp8 ? static_cast<const void*>(w8.codes) : w;
-  const bool ok_ptrs = (reinterpret_cast<uintptr_t>(wp) & 15) == 0 && (!fp8 || w8.exps != nullptr);
+  const bool ok_ptrs = (reinterpret_cast<uintptr_t>(wp) & 15) == 0 &&
+                       (!fp8 || (w8.exps != nullptr && (reinterpret_cast<uintptr_t>(w8.exps) & 15) == 0));
   return ok_ptrs && s.m >= 1 && s.m <= kDenseTcMaxRows && s.n >= kRowMultiple && s.n % kRowMultiple == 0 &&
          s.k >= (fp8 ? 128 : 64) && s.k % (fp8 ? 128 : 64) == 0 && s.groups >= 1 &&
          int64_t(s.groups) * s.n / 16 <= INT32_MAX && tc_stages(s, fp8, tc_kwarps(s, dev), dev) != 0;
 }
 
 Status dense_tc_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView w8, void* y, DenseOut out,
-                     const DenseDecodeShape& s, cudaStream_t stream) {
+                     const DenseDecodeShape& s, cudaStream_t stream, const DenseTcDiagnostics& diag) {
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
   const bool fp8 = w == nullptr;
   if (!dense_tc_supported(s, w, w8, *dev) || (fp8 && out != DenseOut::kBf16))
     return invalid_argument(
-        "dense_tc_gemm: unsupported m {} n {} (a multiple of {}) k {} (a multiple of {}), weights not 16-byte aligned, "
+        "dense_tc_gemm: unsupported m {} n {} (a multiple of {}) k {} (a multiple of {}), weights or exponents not "
+        "16-byte aligned, "
         "or fp8 weights with f32 out",
         s.m, s.n, kRowMultiple, s.k, fp8 ? 128 : 64);
   TcParams p{};
@@ -374,12 +428,13 @@ Status dense_tc_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightVi
   p.kwarps = tc_kwarps(s, *dev);
   p.stages = tc_stages(s, fp8, p.kwarps, *dev);
   p.evict_first = weights_evict_first();
-  p.use_tma = tma_supported(*dev);
+  p.use_tma = tma_supported(*dev) && !diag.cp_async_slots;
+  p.trace = diag.trace;
   const int64_t row_bytes = int64_t(s.k) * (fp8 ? 1 : 2);
   if (p.use_tma)
     DSV4_RETURN_IF_ERROR(encode_u8_map_sw128(fp8 ? static_cast<const void*>(w8.codes) : w, int64_t(s.groups) * s.n,
                                              row_bytes, row_bytes, 128, 16, &p.map));
-  const size_t smem = tc_smem(s.m, s.k, p.stages, fp8, p.kwarps);
+  const size_t smem = tc_smem(s.m, s.k, p.stages, fp8);
   if (fp8) return launch_tc<true, true>(p, s, smem, *dev, stream);
   if (out == DenseOut::kBf16) return launch_tc<false, true>(p, s, smem, *dev, stream);
   return launch_tc<false, false>(p, s, smem, *dev, stream);
