@@ -4,7 +4,9 @@
 # 20-layer B = 1 step at 4K with --wo-a fp8 (bench/trace_segments.py tables: the wo_a kernel and
 # the attention combine before it), the kernel's timeline and VsCublas rows where cuda_dense_test_VARIANT
 # is carried, then the untraced step of each, alternated twice, and bf16.
-# Carry .carry/{pack,VARIANT...}.tar.xz holding dsv4_VARIANT. Output in $OUT/all.tgz.
+# The variants were builds of uncommitted working trees (kPreWaitSlots, then a cap on the ring depth:
+# bench/results/tc_prewait_h100/ and tc_stages_h100/ say which). Carry .carry/{pack,VARIANT...}.tar.xz
+# holding dsv4_VARIANT (and optionally cuda_dense_test_VARIANT). Output in $OUT/all.tgz.
 # Usage (device tool): bash bench/prewait_call.sh
 set -u
 V=${VARIANTS:-p3x p3 p4 p5}

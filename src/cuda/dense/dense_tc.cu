@@ -27,8 +27,8 @@
 // streams each (16 rows x 128 bytes) through its own ring of `stages` slots, its 16-byte pieces
 // XOR-swizzled so that ldmatrix is conflict-free: on SM90 one TMA box per slot (a 2-D tensor map
 // with the 128-byte swizzle, completing on the slot's mbarrier), elsewhere 4 cp.async per lane.
-// Whether TMA pays here is not settled: on an H100, in separate calls, wo_a at M = 1 took 20.1 us
-// with cp.async and 20.6-20.9 with TMA; the H200 has run only the TMA form (18.9 us; NOTES.md).
+// H100, one binary (DenseTcDiagnostics::cp_async_slots): TMA ties cp.async on wo_a at M = 1 (19.7
+// against 19.8 us) and wins on the projections (CSA 13.9 against 14.1, HCA 10.1 against 10.5).
 // fp8: each slot's 16 rows bring their exponents along (4 bytes a row by cp.async, into the warp's
 // exponent ring). The first slots are requested before the PDL wait. A block's rows lie in one
 // group of a grouped GEMM
