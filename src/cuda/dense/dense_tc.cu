@@ -30,10 +30,10 @@
 // H100, one binary (DenseTcDiagnostics::cp_async_slots): TMA ties cp.async on wo_a at M = 1 (19.7
 // against 19.8 us) and wins on the projections (CSA 13.9 against 14.1, HCA 10.1 against 10.5).
 // fp8: each slot's 16 rows bring their exponents along (4 bytes a row by cp.async, into the warp's
-// exponent ring). The first slots are requested before the PDL wait. A block's rows lie in one
-// group of a grouped GEMM
-// (n % 32 == 0). Measured against the other kernels: bench/results/NOTES.md, "The tensor-core
-// decode kernel".
+// exponent ring). The first slots are requested before the PDL wait; the ring's depth keeps the
+// grid's requests near kInFlightBytes. A block's rows lie in one group of a grouped GEMM (n % 32
+// == 0). Measured against the other kernels: bench/results/NOTES.md, "The tensor-core decode
+// kernel" and "What the tensor-core kernel waits for".
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -69,8 +69,9 @@ constexpr int kMaxStages = 8;
 // what shared memory allows at two blocks an SM). More only queues: every block's first slots are
 // requested at once, and whatever else the GPU loads then (the predecessor's tail, this grid's x
 // rows) waits behind them. H100, the 20-layer B = 1 step with fp8 wo_a (256 blocks): 4 slots a warp
-// (16 MB) 3.208-3.217 ms, 6 (25 MB) 3.229-3.236, 3 (12 MB) 3.42-3.44; the CSA projection (82
-// blocks) keeps 6 (NOTES.md, "What the tensor-core kernel waits for").
+// (16 MB) 3.208-3.217 ms, 6 (25 MB) 3.229-3.236; every launch capped at 2 or 3 slots 3.34-3.44,
+// the CSA projection's 82 blocks then keeping too little requested (NOTES.md, "What the
+// tensor-core kernel waits for").
 constexpr int64_t kInFlightBytes = int64_t(16) << 20;
 constexpr int kMaxDevices = 64;
 
@@ -163,9 +164,9 @@ __global__ void __launch_bounds__(kThreads, 2) dense_tc_kernel(const __grid_cons
     __syncwarp();
   }
 #endif
-  // The slot's exponents come with it (same cp.async group; on SM90 waited for beside the slot's
-  // mbarrier): loaded once for the block before the ring, they queued behind every SM's ring
-  // requests and held the first mma back ~9 us (H100 timeline, NOTES.md).
+  // A slot's exponents come with it (same cp.async group; on SM90 waited for beside the slot's
+  // mbarrier), so a warp's first mma waits for its own first slot only, not for the block's
+  // exponents of every group (the block-wide load this replaced; same step time on an H100).
   auto issue = [&](int i, int slot) {
     const int gi = wk + i * kw;
     const uint32_t dst = ring + uint32_t(slot * kSlotBytes);
