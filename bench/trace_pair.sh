@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # trace_pair.sh: the kernel trace (dsv4 bench --kernel-trace) of two builds' 20-layer B = 1 step at
 # 4K, each with and without extra ARGS, and their per-layer segments and per-kernel tables
-# (bench/trace_segments.py). Carry .carry/{pack,BASE,NEW}.tar.xz holding dsv4_BASE and dsv4_NEW.
+# (bench/trace_segments.py), and NEW's kernels against BASE's (compare.txt). Carry .carry/{pack,BASE,NEW}.tar.xz holding dsv4_BASE and dsv4_NEW.
 # Output in $OUT/all.tgz.
 # Usage (device tool): bash bench/trace_pair.sh BASE NEW [ARGS...]   (e.g. --wo-a fp8)
 set -u
@@ -19,5 +19,6 @@ for v in $BASE $NEW; do
   python3 bench/trace_segments.py $R/trace_$v.json > $R/segments_$v.txt 2>&1
   tail -16 $R/segments_$v.txt
 done
+python3 bench/trace_segments.py $R/trace_$BASE.json $R/trace_$NEW.json | sed -n '/ against /,$p' | tee $R/compare.txt
 tar czf $OUT/all.tgz -C $OUT r
 echo "done ${SECONDS}s"

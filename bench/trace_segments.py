@@ -9,7 +9,8 @@ the chain buys shows better as the time between fixed landmarks of each layer: h
 the wq_a|wkv GEMM (the first kernel of a layer's attention), the end of the attention combine and
 the indexer's launches on CSA layers. After the segments, a table per kernel (name and grid):
 launches, median duration, median and summed exposed time, the 15 largest by summed exposure.
-Usage:
+Given several results, each later one is then compared with the first, kernel by kernel (summed
+exposure). Usage:
 
   python3 bench/trace_segments.py RESULT.json [RESULT2.json ...]
 """
@@ -57,24 +58,47 @@ def segments(rows):
     return seg
 
 
+def kernel_table(rows):
+    """Per kernel (name cut to 48 characters, grid): launches, median duration, median exposed time
+    and summed exposed time (us), largest summed exposure first."""
+    kernels = {}
+    for r in rows:
+        k = kernels.setdefault((r["name"][:48], "x".join(str(x) for x in r["grid"])), ([], []))
+        k[0].append(r["end_us"] - r["start_us"])
+        k[1].append(r["exposed_us"])
+    table = [(name, grid, len(dur), statistics.median(dur), statistics.median(exp), sum(exp))
+             for (name, grid), (dur, exp) in kernels.items()]
+    return sorted(table, key=lambda t: -t[5])
+
+
 def main():
     if len(sys.argv) < 2:
         raise SystemExit(__doc__)
+    tables = []
     for path in sys.argv[1:]:
         rows, span = trace_rows(path)
         print(f"== {path}: step span {span:.1f} us, {len(rows)} kernels")
         for name, v in sorted(segments(rows).items()):
             print(f"  {name:38s} n {len(v):2d}  median {statistics.median(v):7.2f} us  sum {sum(v):8.1f} us")
-        kernels = {}
-        for r in rows:
-            k = kernels.setdefault((r["name"][:48], tuple(r["grid"])), ([], []))
-            k[0].append(r["end_us"] - r["start_us"])
-            k[1].append(r["exposed_us"])
+        table = kernel_table(rows)
+        tables.append((path, span, table))
         print("  kernel                                           grid            n  duration  exposed  exposed sum (us)")
-        for (name, grid), (dur, exp) in sorted(kernels.items(), key=lambda kv: -sum(kv[1][1]))[:15]:
-            g = "x".join(str(x) for x in grid)
-            print(f"  {name:48s} {g:13s} {len(dur):3d} {statistics.median(dur):9.2f} {statistics.median(exp):8.2f} "
-                  f"{sum(exp):9.1f}")
+        for name, grid, n, dur, exp, total in table[:15]:
+            print(f"  {name:48s} {grid:13s} {n:3d} {dur:9.2f} {exp:8.2f} {total:9.1f}")
+    if len(tables) > 1:
+        # Side by side: every later result against the first, on the first's 15 largest kernels and
+        # any kernel whose summed exposure moved by 10 us or more.
+        base_path, base_span, base = tables[0]
+        for path, span, table in tables[1:]:
+            print(f"== {path} against {base_path}: step span {base_span:.1f} -> {span:.1f} us ({span - base_span:+.1f})")
+            b = {(t[0], t[1]): t[5] for t in base}
+            o = {(t[0], t[1]): t[5] for t in table}
+            keys = [(t[0], t[1]) for t in base[:15]]
+            keys += [k for k in sorted(set(b) | set(o)) if k not in keys and abs(o.get(k, 0.0) - b.get(k, 0.0)) >= 10.0]
+            print("  kernel                                           grid           exposed sum: base     this    delta (us)")
+            for k in keys:
+                bv, ov = b.get(k, 0.0), o.get(k, 0.0)
+                print(f"  {k[0]:48s} {k[1]:13s} {bv:18.1f} {ov:8.1f} {ov - bv:+8.1f}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """test_trace_segments.py: bench/trace_segments.py on a hand-made kernel trace of three layers (an
 SWA layer, a CSA layer, then the start of a third): the segments between the landmarks (wq_a|wkv
-end, the indexer's launches, the attention combine) come out as the rows say, and a result
-without a trace is refused with a message. Usage: python3 tests/python/test_trace_segments.py"""
+end, the indexer's launches, the attention combine) come out as the rows say, the per-kernel table
+groups launches by name and grid, two results compare kernel by kernel, and a result without a
+trace is refused with a message. Usage: python3 tests/python/test_trace_segments.py"""
 import json
 import os
 import subprocess
@@ -36,6 +37,11 @@ def main():
     check(seg["csa: split end -> merge end"] == [12.0], seg)
     check(seg["csa: merge end -> combine end"] == [9.0], seg)
     check(seg["csa: layer"] == [120.0], seg)
+    for r in rows:
+        r["exposed_us"] = 2.0 if r["grid"] == [12, 8, 1] else 1.0
+    table = trace_segments.kernel_table(rows)
+    check(table[0][:3] == (wqkv, "12x8x1", 3) and table[0][5] == 6.0, table)
+    check({t[0]: t[2] for t in table}["attention_combine_kernel"] == 2, table)
     script = os.path.join(REPO, "bench", "trace_segments.py")
     with tempfile.TemporaryDirectory() as d:
         good, bad = os.path.join(d, "good.json"), os.path.join(d, "bad.json")
@@ -45,6 +51,14 @@ def main():
             json.dump({"runs": [{"batch": 1}]}, f)
         p = subprocess.run([sys.executable, script, good], capture_output=True, text=True)
         check(p.returncode == 0 and "csa: split end -> merge end" in p.stdout and "12.00" in p.stdout, p)
+        slower = [dict(r) for r in rows]
+        slower[3]["exposed_us"] += 12.5  # the first attention combine
+        other = os.path.join(d, "other.json")
+        with open(other, "w") as f:
+            json.dump({"runs": [{"kernel_trace": {"rows": slower, "median_span_us": 242.5}}]}, f)
+        p = subprocess.run([sys.executable, script, good, other], capture_output=True, text=True)
+        line = [x for x in p.stdout.splitlines() if "attention_combine_kernel" in x and "+12.5" in x]
+        check(p.returncode == 0 and "230.0 -> 242.5 us (+12.5)" in p.stdout and len(line) == 1, p.stdout)
         p = subprocess.run([sys.executable, script, bad], capture_output=True, text=True)
         check(p.returncode != 0 and "no kernel_trace" in p.stderr, p)
     print("test_trace_segments: all passed")
