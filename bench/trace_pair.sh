@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # trace_pair.sh: the kernel trace (dsv4 bench --kernel-trace) of two builds' 20-layer B = 1 step at
-# 4K, each with and without extra ARGS, and their per-layer segments and per-kernel tables
-# (bench/trace_segments.py), and NEW's kernels against BASE's (compare.txt). Carry .carry/{pack,BASE,NEW}.tar.xz holding dsv4_BASE and dsv4_NEW.
-# Output in $OUT/all.tgz.
+# 4K, both with the extra ARGS, their per-layer segments and per-kernel tables
+# (bench/trace_segments.py), and NEW's kernels against BASE's (compare.txt).
+# Carry .carry/{pack,BASE,NEW}.tar.xz holding dsv4_BASE and dsv4_NEW. Output in $OUT/all.tgz.
 # Usage (device tool): bash bench/trace_pair.sh BASE NEW [ARGS...]   (e.g. --wo-a fp8)
 set -u
 BASE=${1:?usage: trace_pair.sh BASE NEW [ARGS...]}
