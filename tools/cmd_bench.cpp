@@ -295,9 +295,12 @@ int run_bench(const BenchArgs& a) {
   if (!bw.is_ok()) return fail(bw.status());
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s, pdl {}, weights L2 {}, attention head groups {}, compressor branch {}, wo_a {} ({} layers in fp8)\n",
+  // The peak from the memory clock and bus width (what dense_tc sizes its ring by; 0: unreported).
+  auto dev = cuda::current_device_info();
+  const double peak_gbs = dev.is_ok() ? (*dev)->mem_peak_bytes_per_s / 1e9 : 0.0;
+  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s (peak {:.0f}), pdl {}, weights L2 {}, attention head groups {}, compressor branch {}, wo_a {} ({} layers in fp8)\n",
              a.model.empty() ? "synthetic flash" : a.model, cfg->n_layers, cfg->vocab_size,
-             fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw, a.pdl, a.weights_l2,
+             fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw, peak_gbs, a.pdl, a.weights_l2,
              a.attention_head_groups == 0 ? std::string("auto") : std::to_string(a.attention_head_groups),
              a.compressor_branch, a.wo_a, m.fp8_linears());
   if (!m.fp8_refused().empty()) fmt::print("bench: {}\n", m.fp8_refused());
@@ -330,6 +333,7 @@ int run_bench(const BenchArgs& a) {
   out["wo_a"] = a.wo_a;
   out["wo_a_fp8_layers"] = m.fp8_linears();
   out["copy_bandwidth_gbs"] = *bw;
+  out["peak_bandwidth_gbs"] = peak_gbs;
   out["kernel_trace_steps"] = a.kernel_trace;
   out["device_bytes"] = m.device_bytes();
   out["device_bytes_estimate"] = {{"weights", estimate.weights}, {"kv", estimate.kv},

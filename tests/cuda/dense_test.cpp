@@ -799,18 +799,21 @@ TEST(DenseDecode, Fp8CodesAsFp16) {
 // Where the tensor-core kernel runs (no GPU needed: the shape rules on H100- and RTX 3090-like
 // device descriptions): rows, n % 32, k % 128 (fp8) or 64 (bf16), aligned weights, given
 // exponents, its shared memory (the 3090's 99 KB per block holds one fp8 row of x beside the
-// rings, not eight), and which grids count as filling the GPU; and the tensor map's argument checks.
+// rings, not eight), which grids count as filling the GPU, the ring depth; and the tensor map's
+// argument checks.
 TEST(DenseDecode, TensorCoreShapeRules) {
   DeviceInfo h100;
   h100.n_sms = 132;
   h100.smem_optin_bytes = 232448;
   h100.smem_per_sm_bytes = 233472;
   h100.smem_reserved_per_block = 1024;
+  h100.mem_peak_bytes_per_s = 2.0 * 2619e6 * (5120 / 8);  // HBM3 at 2619 MHz, 5120 bits
   h100.arch = GpuArch::kSm90;
   DeviceInfo rtx3090 = h100;
   rtx3090.n_sms = 82;
   rtx3090.smem_optin_bytes = 101376;
   rtx3090.smem_per_sm_bytes = 102400;
+  rtx3090.mem_peak_bytes_per_s = 2.0 * 9751e6 * (384 / 8);
   rtx3090.arch = GpuArch::kSm86;
   alignas(16) static uint8_t buf[64];
   const Fp8WeightView w8{buf, reinterpret_cast<const int8_t*>(buf)};
@@ -848,11 +851,17 @@ TEST(DenseDecode, TensorCoreShapeRules) {
   EXPECT_TRUE(dense_tc_fills_gpu(csa, h100));
   EXPECT_FALSE(dense_tc_fills_gpu(hca, h100));
   EXPECT_TRUE(dense_tc_supported(hca, bf16, {}, h100)) << "it still runs there when forced";
-  // Ring depth: wo_a's 256 blocks keep 16 MB requested with 4 slots a warp; the CSA projection's 82
-  // take the deepest ring at which two blocks fit (6); at 8 rows the x rows leave room for 2; the
-  // 3090's shared memory allows 2.
+  // Ring depth (4.5 us of requests at the peak bandwidth): wo_a's 256 blocks (4 MB a slot) take 4
+  // slots a warp on an H100 (15 MB), 6 on an H200 (22 MB), and 4 (16 MB) where no bandwidth is
+  // reported; the CSA projection's 82 take the deepest ring at which two blocks fit (6); at 8 rows
+  // the x rows leave room for 2; the 3090's shared memory allows 2.
+  DeviceInfo h200 = h100, unknown = h100;
+  h200.mem_peak_bytes_per_s = 2.0 * 3201e6 * (6144 / 8);
+  unknown.mem_peak_bytes_per_s = 0;
   EXPECT_EQ(dense_tc_ring_slots(woa, true, h100), 4);
   EXPECT_EQ(dense_tc_ring_slots(woa, false, h100), 4);
+  EXPECT_EQ(dense_tc_ring_slots(woa, true, h200), 6);
+  EXPECT_EQ(dense_tc_ring_slots(woa, true, unknown), 4);
   EXPECT_EQ(dense_tc_ring_slots(csa, false, h100), 6);
   EXPECT_EQ(dense_tc_ring_slots(woa, true, rtx3090), 2);
   woa.m = kDenseTcMaxRows;

@@ -51,6 +51,12 @@ Result<const DeviceInfo*> current_device_info() {
     d.smem_per_sm_bytes = p.sharedMemPerMultiprocessor;
     d.smem_reserved_per_block = p.reservedSharedMemPerBlock;
     d.l2_bytes = size_t(p.l2CacheSize);
+    int mem_khz = 0, bus_bits = 0;
+    if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess)
+      d.mem_peak_bytes_per_s = 2.0 * 1e3 * mem_khz * (bus_bits / 8.0);
+    else
+      cudaGetLastError();  // unreported: the kernels that use it fall back to fixed sizes
     std::snprintf(d.name, sizeof(d.name), "%s", p.name);
     if (p.major < 8) return unimplemented("{} is sm_{}{}: dsv4 kernels need SM80 or newer", p.name, p.major, p.minor);
     d.arch = (p.major == 8 && p.minor == 6) ? GpuArch::kSm86 : (p.major == 9 ? GpuArch::kSm90 : GpuArch::kOther);

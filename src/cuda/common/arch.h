@@ -24,6 +24,9 @@ struct DeviceInfo {
   size_t smem_per_sm_bytes = 0;       // shared memory of one SM
   size_t smem_reserved_per_block = 0;  // taken by the system from the SM's smem for each block
   size_t l2_bytes = 0;
+  // Peak DRAM bandwidth, 2 x memory clock x bus width (H100 SXM 3.35e12, H200 4.8e12, RTX 3090
+  // 0.94e12); 0 where the device does not report them.
+  double mem_peak_bytes_per_s = 0;
   GpuArch arch = GpuArch::kOther;
   char name[256] = {};
 };

@@ -36,8 +36,8 @@ bool dense_tc_supported(const DenseDecodeShape& s, const void* w, Fp8WeightView 
 bool dense_tc_fills_gpu(const DenseDecodeShape& s, const DeviceInfo& dev);
 
 // Ring slots a warp of the kernel streams through for `s` (fp8 or bf16 weights) on `dev`: enough
-// for the grid to keep ~16 MB requested, within two blocks' shared memory an SM; 0 where the
-// kernel does not fit.
+// for the grid to keep 4.5 us of the device's peak bandwidth requested (16 MB where it reports
+// none), within two blocks' shared memory an SM; 0 where the kernel does not fit.
 int dense_tc_ring_slots(const DenseDecodeShape& s, bool fp8, const DeviceInfo& dev);
 
 // Diagnostics of dense_tc_gemm for tests and benchmarks (production passes none).

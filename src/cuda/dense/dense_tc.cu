@@ -31,7 +31,7 @@
 // against 19.8 us) and wins on the projections (CSA 13.9 against 14.1, HCA 10.1 against 10.5).
 // fp8: each slot's 16 rows bring their exponents along (4 bytes a row by cp.async, into the warp's
 // exponent ring). The first slots are requested before the PDL wait; the ring's depth keeps the
-// grid's requests near kInFlightBytes. A block's rows lie in one group of a grouped GEMM (n % 32
+// grid's requests near kInFlightSeconds of the device's bandwidth. A block's rows lie in one group of a grouped GEMM (n % 32
 // == 0). Measured against the other kernels: bench/results/NOTES.md, "The tensor-core decode
 // kernel" and "What the tensor-core kernel waits for".
 #include <cuda_bf16.h>
@@ -65,14 +65,17 @@ constexpr int kRowMultiple = 32;   // n must be a multiple of this (either block
 constexpr int kSlotBytes = 16 * 128;  // 16 weight rows x one 128-code group
 constexpr int kExpSlotBytes = 16 * 4;  // fp8: 4 bytes of exponents for each of the slot's 16 rows
 constexpr int kMaxStages = 8;
-// Bytes the whole grid keeps requested: the ring depth is the smallest that reaches this (up to
-// what shared memory allows at two blocks an SM). More only queues: every block's first slots are
-// requested at once, and whatever else the GPU loads then (the predecessor's tail, this grid's x
-// rows) waits behind them. H100, the 20-layer B = 1 step with fp8 wo_a (256 blocks): 4 slots a warp
-// (16 MB) 3.208-3.217 ms, 6 (25 MB) 3.229-3.236; every launch capped at 2 or 3 slots 3.34-3.44,
-// the CSA projection's 82 blocks then keeping too little requested (NOTES.md, "What the
-// tensor-core kernel waits for").
-constexpr int64_t kInFlightBytes = int64_t(16) << 20;
+// How long the grid's requests should last at the device's peak DRAM bandwidth: the ring depth is
+// the smallest that keeps that many bytes requested over the grid (up to what shared memory allows
+// at two blocks an SM). More only queues: every block's first slots are requested at once, and
+// whatever else the GPU loads then (the predecessor's tail, this grid's x rows) waits behind them.
+// H100 (3.35 TB/s peak: 15 MB), 20-layer B = 1 step with fp8 wo_a (256 blocks, 4 MB a slot):
+// 4 slots a warp 3.208-3.217 ms, 6 (25 MB) 3.229-3.236; every launch capped at 2 or 3 slots
+// 3.34-3.44, the CSA projection's 82 blocks then keeping too little requested (NOTES.md, "What the
+// tensor-core kernel waits for"). An H200 (4.9 TB/s: 22 MB) keeps the 6 slots wo_a was measured
+// with there; 4 is untested on it.
+constexpr double kInFlightSeconds = 4.5e-6;
+constexpr int64_t kInFlightFallbackBytes = int64_t(16) << 20;  // devices that report no bandwidth
 constexpr int kMaxDevices = 64;
 
 // Weight rows of a block with kw K warps per 16-row tile (8 warps in all).
@@ -348,12 +351,14 @@ size_t tc_smem(int m, int k, int stages, bool fp8) {
   return size_t(kWarps) * stages * (kSlotBytes + (fp8 ? kExpSlotBytes : 0)) + size_t(m) * x_row_bytes(k) + 1024;
 }
 
-// The ring depth: enough for kInFlightBytes over the grid, at most a warp's items, and the deepest
+// The ring depth: enough for kInFlightSeconds of requests over the grid, at most a warp's items, and the deepest
 // at which two blocks fit on an SM below that (else one block's).
 int tc_stages(const DenseDecodeShape& s, bool fp8, int kwarps, const DeviceInfo& dev) {
   const int items = (s.k / (fp8 ? 128 : 64) + kwarps - 1) / kwarps;
   const int64_t grid_slot_bytes = int64_t(s.groups) * s.n / block_rows_of(kwarps) * kWarps * kSlotBytes;
-  const int64_t wanted = std::max<int64_t>(2, (kInFlightBytes + grid_slot_bytes - 1) / grid_slot_bytes);
+  const int64_t in_flight = dev.mem_peak_bytes_per_s > 0 ? int64_t(dev.mem_peak_bytes_per_s * kInFlightSeconds)
+                                                          : kInFlightFallbackBytes;
+  const int64_t wanted = std::max<int64_t>(2, (in_flight + grid_slot_bytes - 1) / grid_slot_bytes);
   const int top = int(std::min<int64_t>({kMaxStages, std::max(2, items), wanted}));
   const size_t fixed = sizeof(float) * 4 * kMaxBlockRows * 8 + 64 + 8 * kWarps * kMaxStages + dev.smem_reserved_per_block;
   for (int st = top; st >= 2; --st)
