@@ -1,10 +1,14 @@
-# device_lib.sh: helpers the device-call scripts source (bench/*_call.sh, fp8tc_ab.sh).
+# device_lib.sh: helpers the device-call scripts source (bench/*_call.sh, fp8tc_ab.sh, prewait_call.sh, trace_pair.sh).
 #   carry_env ARCHIVE...  unpacks .carry/pack.tar.xz (shared libraries) into .carry and each
 #                         .carry/ARCHIVE.tar.xz (binaries) into .carry/bin, and sets the library
 #                         path (the carried libraries, the machine's cuBLAS, the toolkit's).
-#   ladder NAME BIN ARG...  the 20-layer synthetic ladder at B = 1 and 32, 4K context, of
-#                         .carry/bin/BIN with ARGs: the graph step lines, prefixed with NAME, and the
-#                         JSON in $R/NAME.json ($R: the call's output folder; $LADDER_COMMIT labels it).
+#   call_dir              sets $R = $OUT/r (the call's output folder, created) and writes the GPU's
+#                         name, clocks, memory and driver to $R/env.txt and stdout.
+#   left N                whether more than N seconds remain before $DEADLINE (seconds from the
+#                         call's start, default 560).
+#   ladder NAME BIN ARG...  the 20-layer synthetic ladder at 4K context (batches $LADDER_BATCH,
+#                         default 1,32) of .carry/bin/BIN with ARGs: the graph step lines, prefixed
+#                         with NAME, and the JSON in $R/NAME.json (labelled $LADDER_COMMIT, else BIN).
 carry_env() {
   mkdir -p .carry/bin && tar xJf .carry/pack.tar.xz -C .carry || return 1
   local a
@@ -14,10 +18,18 @@ carry_env() {
   export LD_LIBRARY_PATH=$PWD/.carry/lib:$(dirname "$c"):/usr/local/cuda/lib64
 }
 
+call_dir() {
+  R=$OUT/r
+  mkdir -p $R
+  nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total,driver_version --format=csv | tee $R/env.txt
+}
+
+left() { [ $((${DEADLINE:-560} - SECONDS)) -gt "$1" ]; }
+
 ladder() {
-  local name=$1 bin=$2; shift 2
-  timeout 120 .carry/bin/$bin bench --synthetic flash --layers 20 --batch 1,32 --context 4096 "$@" \
-    --commit "${LADDER_COMMIT:-unknown}" \
-    --command "$bin bench --synthetic flash --layers 20 --batch 1,32 --context 4096 $*" --out $R/$name.json 2>&1 |
+  local name=$1 bin=$2 batch=${LADDER_BATCH:-1,32}; shift 2
+  timeout 120 .carry/bin/$bin bench --synthetic flash --layers 20 --batch $batch --context 4096 "$@" \
+    --commit "${LADDER_COMMIT:-$bin}" \
+    --command "$bin bench --synthetic flash --layers 20 --batch $batch --context 4096 $*" --out $R/$name.json 2>&1 |
     grep -E "decode B=.*graph" | sed "s/^/$name: /" | cut -c1-150
 }

@@ -11,10 +11,8 @@ DEADLINE=${DEADLINE:-560}
 B=.carry/bin
 . bench/device_lib.sh
 carry_env next_new tc tc3 || exit 2
-R=$OUT/r; mkdir -p $R
+call_dir
 LADDER_COMMIT=fp8tc
-left() { [ $((DEADLINE - SECONDS)) -gt "$1" ]; }
-nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total --format=csv | tee $R/env.txt
 timeout 120 $B/cuda_dense_test_tc3 --gtest_filter='*Fp8*:*GroupedWoA*:*RejectsUnsupported*:*EdgeShapes*' > $R/dense_tc3.log 2>&1
 echo "dense tc3 rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/dense_tc3.log | tr '\n' ' ')"
 grep -E "Failure" -A3 $R/dense_tc3.log | head -12

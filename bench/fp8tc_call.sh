@@ -10,10 +10,8 @@ DEADLINE=${DEADLINE:-560}
 B=.carry/bin
 . bench/device_lib.sh
 carry_env next_new tc || exit 2
-R=$OUT/r; mkdir -p $R
+call_dir
 LADDER_COMMIT=fp8tc
-left() { [ $((DEADLINE - SECONDS)) -gt "$1" ]; }
-nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total --format=csv | tee $R/env.txt
 timeout 150 $B/cuda_dense_test_tc --gtest_filter='*Fp8*:*VsCublas*:*GroupedWoA*:*RejectsUnsupported*' > $R/dense.log 2>&1
 echo "dense rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/dense.log | tr '\n' ' ')"
 grep -E "^\[ vs .*wo_a" $R/dense.log | cut -c1-130

@@ -13,9 +13,7 @@ DEADLINE=${DEADLINE:-560}
 B=.carry/bin
 . bench/device_lib.sh
 carry_env "$BASE" "$NEW" || exit 2
-R=$OUT/r; mkdir -p $R
-left() { [ $((DEADLINE - SECONDS)) -gt "$1" ]; }
-nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total --format=csv | tee $R/env.txt
+call_dir
 for t in cuda_dense_test gpu_model_test; do
   timeout 150 $B/${t}_$NEW --gtest_brief=1 --gtest_filter='-*VsCublas*:*Timing*:*PrefillCopyVsCublas*:*Timeline*' \
     > $R/$t.log 2>&1

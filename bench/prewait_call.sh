@@ -12,14 +12,8 @@ set -u
 V=${VARIANTS:-p3x p3 p4 p5}
 . bench/device_lib.sh
 carry_env $V || exit 2
-R=$OUT/r; mkdir -p $R
-nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/env.txt
-step() {  # NAME BIN ARGS...: the B = 1 graph step line
-  local name=$1 bin=$2; shift 2
-  timeout 100 .carry/bin/$bin bench --synthetic flash --layers 20 --batch 1 --context 4096 "$@" --commit "$bin" \
-    --command "$bin bench --synthetic flash --layers 20 --batch 1 --context 4096 $*" --out $R/$name.json 2>&1 |
-    grep -E "decode B=.*graph" | sed "s/^/$name: /" | cut -c1-120
-}
+call_dir
+LADDER_BATCH=1  # the B = 1 step only
 for v in $V; do
   timeout 100 .carry/bin/dsv4_$v bench --synthetic flash --layers 20 --batch 1 --context 4096 --decode-steps 20 \
     --kernel-trace 5 --wo-a fp8 --out $R/trace_$v.json > /dev/null 2>&1
@@ -36,7 +30,7 @@ first=${V%% *}
 python3 bench/trace_segments.py $R/trace_$first.json $(for v in $V; do [ $v = $first ] || echo $R/trace_$v.json; done) |
   sed -n '/ against /,$p' > $R/compare.txt 2>&1
 grep -E ' against |dense_tc|attention_combine|qkv_norm' $R/compare.txt
-for r in 1 2; do for v in $V; do step ${v}_fp8_$r dsv4_$v --wo-a fp8; done; done
-for v in $V; do step ${v}_bf16 dsv4_$v; done
+for r in 1 2; do for v in $V; do ladder ${v}_fp8_$r dsv4_$v --wo-a fp8; done; done
+for v in $V; do ladder ${v}_bf16 dsv4_$v; done
 tar czf $OUT/all.tgz -C $OUT r
 echo "done ${SECONDS}s"

@@ -13,10 +13,8 @@ DEADLINE=${DEADLINE:-560}
 B=.carry/bin
 . bench/device_lib.sh
 carry_env next_new tc $S || exit 2
-R=$OUT/r; mkdir -p $R
+call_dir
 LADDER_COMMIT=$S
-left() { [ $((DEADLINE - SECONDS)) -gt "$1" ]; }
-nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total --format=csv | tee $R/env.txt
 for t in cuda_dense_test gpu_blas_test gpu_model_test; do
   [ -x $B/${t}_$S ] || continue
   timeout 150 $B/${t}_$S --gtest_brief=1 --gtest_filter='-*VsCublas*:*Timing*:*PrefillCopyVsCublas*' > $R/$t.log 2>&1

@@ -10,8 +10,7 @@ NEW=${2:?usage: trace_pair.sh BASE NEW [ARGS...]}
 shift 2
 . bench/device_lib.sh
 carry_env "$BASE" "$NEW" || exit 2
-R=$OUT/r; mkdir -p $R
-nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/env.txt
+call_dir
 for v in $BASE $NEW; do
   timeout 150 .carry/bin/dsv4_$v bench --synthetic flash --layers 20 --batch 1 --context 4096 --decode-steps 20 \
     --kernel-trace 5 "$@" --commit "$v" --command "dsv4_$v bench --synthetic flash --layers 20 --batch 1 --context 4096 --decode-steps 20 --kernel-trace 5 $*" \

@@ -14,9 +14,7 @@ LABEL=${1:?usage: verify_call.sh LABEL}; DEADLINE=${DEADLINE:-560}
 B=.carry/bin
 . bench/device_lib.sh
 carry_env next_new next_base || exit 2
-R=$OUT/r; mkdir -p $R
-left() { [ $((DEADLINE - SECONDS)) -gt "$1" ]; }
-nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.memory,memory.total,driver_version --format=csv | tee $R/env.txt
+call_dir
 for t in $B/cuda_*_test_new $B/gpu_*_test_new; do
   left 300 || break
   n=$(basename $t _new)
