@@ -709,12 +709,9 @@ TEST(DenseDecode, TensorCoreTimeline) {
     const DenseDecodeShape s{.m = r.m, .n = r.n, .k = r.k, .groups = r.groups, .ldx = int64_t(r.groups) * r.k,
                              .x_group_stride = r.groups > 1 ? r.k : 0, .ldy = rows,
                              .y_group_stride = r.groups > 1 ? r.n : 0};
-    const DeviceInfo* dev = nullptr;
-    {
-      auto d = current_device_info();
-      ASSERT_TRUE(d.is_ok());
-      dev = *d;
-    }
+    auto dev_or = current_device_info();
+    ASSERT_TRUE(dev_or.is_ok());
+    const DeviceInfo* dev = *dev_or;
     const void* w0 = r.fp8 ? nullptr : d_w.get();
     const Fp8WeightView w80 = r.fp8 ? Fp8WeightView{d_w.as<uint8_t>(), d_e.as<int8_t>()} : Fp8WeightView{};
     ASSERT_TRUE(dense_tc_supported(s, w0, w80, *dev)) << r.name;
