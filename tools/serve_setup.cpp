@@ -62,6 +62,7 @@ Result<std::string> make_demo_model(const std::string& tokenizer_path, std::stri
 }
 
 Result<std::unique_ptr<runtime::ModelRunner>> make_runner(const EngineConfig& cfg, const tok::Tokenizer& tokenizer) {
+  DSV4_RETURN_IF_ERROR(cfg.check());  // before a checkpoint of ~150 GB is read, not after
   if (!cfg.diagnostic_script.empty()) {
     runtime::EncodeFn encode = [&tokenizer](std::string_view text) { return tokenizer.encode(text, true); };
     runtime::DecodeFn decode = [&tokenizer](std::span<const int32_t> ids) {

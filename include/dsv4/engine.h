@@ -135,6 +135,11 @@ struct EngineConfig {
 
   // Every setting as (name, value), in the CLI's spelling; the manifest marks non-defaults.
   std::vector<std::pair<std::string, std::string>> fields() const;
+  // The scheduler settings' own rules (counts >= 1 or >= 0, a step holds every running sequence's
+  // decode token), in the CLI's spelling. Engine::start and the runners' loads call it, so a bad
+  // setting is refused before any weight is read. Limits that need the model (max_model_len against
+  // its positions) are the engine's.
+  Status check() const;
 };
 
 // What the engine resolved at start; front ends validate requests against it.

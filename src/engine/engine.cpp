@@ -408,15 +408,7 @@ Engine::~Engine() {
 Result<std::unique_ptr<Engine>> Engine::start(const EngineConfig& c, std::unique_ptr<runtime::ModelRunner> runner,
                                               const tok::Tokenizer* tokenizer) {
   if (!runner) return invalid_argument("the engine needs a model runner");
-  if (c.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be >= 1, found {}", c.max_num_seqs);
-  if (c.max_num_batched_tokens < c.max_num_seqs) {
-    return invalid_argument("--max-num-batched-tokens ({}) must be >= --max-num-seqs ({}): every running sequence "
-                            "needs room for its decode token in each step",
-                            c.max_num_batched_tokens, c.max_num_seqs);
-  }
-  if (c.max_model_len < 0) return invalid_argument("--max-model-len must be >= 0, found {}", c.max_model_len);
-  if (c.num_kv_blocks < 0) return invalid_argument("--num-gpu-blocks must be >= 0, found {}", c.num_kv_blocks);
-  if (c.max_waiting < 0) return invalid_argument("--max-waiting must be >= 0, found {}", c.max_waiting);
+  DSV4_RETURN_IF_ERROR(c.check());
   const runtime::RunnerInfo& info = runner->info();
   if (info.vocab_size <= 0 || info.max_positions <= 1)
     return invalid_argument("runner {} reports vocab {} and max positions {}", info.name, info.vocab_size,
@@ -506,24 +498,6 @@ std::vector<std::string> Engine::manifest() const {
   out.push_back(fmt::format("sampling seed for requests without one: {}{}", m.sampling_seed,
                             m.config.sampling_seed != 0 ? "" : " (random at start)"));
   return out;
-}
-
-std::vector<std::pair<std::string, std::string>> EngineConfig::fields() const {
-  return {
-      {"device", device},
-      {"model", model_dir},
-      {"kv_dtype", kv_dtype},
-      {"cpu_numerics", cpu_numerics},
-      {"wo_a", wo_a},
-      {"cpu_threads", fmt::format("{}", cpu_threads)},
-      {"diagnostic_script", diagnostic_script},
-      {"max_num_seqs", fmt::format("{}", max_num_seqs)},
-      {"max_num_batched_tokens", fmt::format("{}", max_num_batched_tokens)},
-      {"max_model_len", fmt::format("{}", max_model_len)},
-      {"num_gpu_blocks", fmt::format("{}", num_kv_blocks)},
-      {"max_waiting", fmt::format("{}", max_waiting)},
-      {"sampling_seed", fmt::format("{}", sampling_seed)},
-  };
 }
 
 }  // namespace dsv4

@@ -40,7 +40,7 @@ Result<PinnedBuffer> PinnedBuffer::create(size_t bytes) {
 }
 
 void PinnedBuffer::reset() {
-  if (ptr_ != nullptr) DSV4_CUDA_CHECK(cudaFreeHost(ptr_));
+  if (ptr_ != nullptr) cuda::check_free(cudaFreeHost(ptr_), "cudaFreeHost");
   ptr_ = nullptr;
   bytes_ = 0;
 }

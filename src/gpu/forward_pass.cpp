@@ -165,33 +165,43 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
                       ws_.blas.f32_out_on_cublas(a_.x, D, T, L.wproj, L.proj.n, D, a_.proj, L.proj.n);
   if (branch) DSV4_RETURN_IF_ERROR(fork_compress(l, b));
 
-  // query and KV projections in one GEMM: qkv = [bf16(x wq_a^T) | bf16(x wkv^T)]
-  mark(StepCategory::kW4A16Linear);
-  DSV4_RETURN_IF_ERROR(gemm(a_.x, D, T, L.wqkv, a_.qkv, ld_qkv));
-  mark(StepCategory::kMhcNorm);
-  // qa = bf16(rmsnorm(qa, q_norm)); kv -> kv_norm, rope, fp8 nope -> 584-byte records in the chunk
-  // Decode steps also copy the records into the window rings here (no window_save below).
-  DSV4_RETURN_IF_ERROR(cuda::qkv_norm_finish(a_.qkv, ld_qkv, T, ql, L.q_norm, eps, ql, L.kv_norm, eps, b.token_pos,
-                                             L.inv_freq, kv.view, kv.view.chunk, stream_,
-                                             b.one_row_per_seq ? &b : nullptr));
-  // q = bf16(qa wq_b^T), then per head unweighted rmsnorm and rope (CSA layers: in the indexer's
-  // prep launch below, one launch fewer; attention is the first reader of q either way). The same
-  // in the main compressor's emit launch on HCA layers measured no gain (the cuBLAS projection
-  // between them is launched without PDL; bench/results/forward_h200.md).
-  mark(StepCategory::kW4A16Linear);
-  DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
-  mark(StepCategory::kMhcNorm);
-  if (!csa) DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));
-  if (compressed && !branch) DSV4_RETURN_IF_ERROR(compress(l, b, stream_, ws_.blas));
-
+  // The query path, beside the branch; once forked, the model's stream joins the branch whatever
+  // it returns (the step's caller synchronizes only the model's stream, and the next step rewrites
+  // what the branch reads).
   const int nI = c.index_n_heads, dI = c.index_head_dim;
-  if (csa) {
+  auto query_path = [&]() -> Status {
+    // query and KV projections in one GEMM: qkv = [bf16(x wq_a^T) | bf16(x wkv^T)]
     mark(StepCategory::kW4A16Linear);
-    DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.idx_wq_b, a_.qi, int64_t(nI) * dI));
-  }
+    DSV4_RETURN_IF_ERROR(gemm(a_.x, D, T, L.wqkv, a_.qkv, ld_qkv));
+    mark(StepCategory::kMhcNorm);
+    // qa = bf16(rmsnorm(qa, q_norm)); kv -> kv_norm, rope, fp8 nope -> 584-byte records in the chunk
+    // Decode steps also copy the records into the window rings here (no window_save below).
+    DSV4_RETURN_IF_ERROR(cuda::qkv_norm_finish(a_.qkv, ld_qkv, T, ql, L.q_norm, eps, ql, L.kv_norm, eps, b.token_pos,
+                                               L.inv_freq, kv.view, kv.view.chunk, stream_,
+                                               b.one_row_per_seq ? &b : nullptr));
+    // q = bf16(qa wq_b^T), then per head unweighted rmsnorm and rope (CSA layers: in the indexer's
+    // prep launch below, one launch fewer; attention is the first reader of q either way). The same
+    // in the main compressor's emit launch on HCA layers measured no gain (the cuBLAS projection
+    // between them is launched without PDL; bench/results/forward_h200.md).
+    mark(StepCategory::kW4A16Linear);
+    DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
+    mark(StepCategory::kMhcNorm);
+    if (!csa) DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));
+    if (compressed && !branch) DSV4_RETURN_IF_ERROR(compress(l, b, stream_, ws_.blas));
+    if (csa) {
+      mark(StepCategory::kW4A16Linear);
+      DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.idx_wq_b, a_.qi, int64_t(nI) * dI));
+    }
+    return Status::ok();
+  };
+  const Status query_st = query_path();
   // The branch joins before the first reader of the projections and the compressed entries.
-  if (branch)
-    DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamWaitEvent(stream_, side_.join, 0), "cudaStreamWaitEvent (join)"));
+  if (branch) {
+    const cudaError_t joined = cudaStreamWaitEvent(stream_, side_.join, 0);
+    DSV4_RETURN_IF_ERROR(query_st);
+    DSV4_RETURN_IF_ERROR(cuda::cuda_status(joined, "cudaStreamWaitEvent (join)"));
+  }
+  DSV4_RETURN_IF_ERROR(query_st);
   if (csa) {
     mark(StepCategory::kIndexer);
     // Query prep and head weights in one launch; the reference's weight scale, computed the same

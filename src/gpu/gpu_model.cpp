@@ -77,6 +77,7 @@ struct GpuModel::Impl {
 
   ~Impl() {
     if (so.stream) cudaStreamSynchronize(so.stream);
+    if (so.side.stream) cudaStreamSynchronize(so.side.stream);
     for (Graph& g : graphs) cudaGraphExecDestroy(g.exec);
   }
 
@@ -323,7 +324,9 @@ struct GpuModel::Impl {
     slot_next_pos.assign(size_t(opts.max_seqs), 0);
     pass = std::make_unique<ForwardPass>(cfg, w, kv, act, ws, so.stream, opts.attention_head_groups, so.side);
     DSV4_RETURN_IF_ERROR(prof.init());
-    DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(so.stream), "load"));
+    // The whole device, not only the model's stream: zeroed buffers (DeviceBuffer::create) are
+    // cleared on the legacy default stream, which the model's non-blocking streams do not wait for.
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaDeviceSynchronize(), "load"));
     for (int s : opts.graph_batch_sizes)
       DSV4_RETURN_IF_ERROR(capture(s).with_context(fmt::format("capturing the decode graph of batch {}", s)));
     DSV4_RETURN_IF_ERROR(warm_fp8_wo_a_large_steps());
@@ -467,6 +470,9 @@ const std::string& GpuModel::fp8_refused() const { return impl_->w.fp8_refused; 
 std::vector<std::string> GpuModel::manifest() const { return impl_->manifest(); }
 int64_t GpuModel::allocations_after_load() const { return impl_->arena.allocations_after_seal(); }
 bool GpuModel::last_step_replayed_graph() const { return impl_->last_graph; }
+void GpuModel::release_slot(int slot) {
+  if (slot >= 0 && size_t(slot) < impl_->slot_next_pos.size()) impl_->slot_next_pos[size_t(slot)] = 0;
+}
 void GpuModel::set_graph_replay(bool enabled) { impl_->graph_replay = enabled; }
 void GpuModel::set_profiling(bool enabled) { impl_->profiling = enabled; }
 std::vector<std::pair<std::string, double>> GpuModel::last_profile() const { return impl_->last_prof; }

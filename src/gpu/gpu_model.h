@@ -87,6 +87,10 @@ class GpuModel {
   // replay the smallest captured graph that fits; everything else runs eagerly.
   Status forward(std::span<const GpuStepSeq> seqs, float* logits_out, bool all_rows = false,
                  GpuStepTrace* trace = nullptr);
+  // The slot's sequence has ended: from now on the slot only starts a new one (pos0 = 0), so a
+  // stale continuation is refused instead of attending to the old sequence's window and state.
+  // Out-of-range slots are ignored.
+  void release_slot(int slot);
 
   // Device logits of the last forward ([n_logits, vocab] f32, row stride vocab) and the stream, for
   // sampling on the device without a host round trip (the runner). After an all_rows step it

@@ -13,7 +13,11 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <iterator>
 #include <optional>
+#include <string>
+
+#include "base/json_depth.h"
 
 namespace dsv4 {
 
@@ -37,6 +41,16 @@ const char* moe_type_name(MoeType t) {
 }
 
 namespace {
+
+// A compressed layer pools this many tokens an entry at most (DeepSeek-V4: 4 and 128); the
+// compressor's state and positional table are sized by it.
+constexpr int kMaxCompressRatio = 1024;
+// Nesting config.json may use (quantization_config.extra_config.<layer>.bits is 3 deep).
+constexpr size_t kMaxConfigDepth = 32;
+constexpr uintmax_t kMaxConfigBytes = uintmax_t(64) << 20;
+
+// A JSON value for an error message: scalars as written, containers by their type only.
+std::string short_json(const json& v) { return v.is_structured() ? std::string(v.type_name()) : v.dump(); }
 
 // Converts a JSON number to the integer type T. Whole-valued floats (4096.0) are accepted; a value
 // outside T's range is an error, never a silently wrapped one (2^32 + 128 must not read as 128).
@@ -156,8 +170,8 @@ Result<LayerSpec> layer_from_ratio(int ratio, const std::string& where) {
   l.compress_ratio = ratio;
   if (ratio == 0) l.attn = AttnType::kSliding;
   else if (ratio == 4) l.attn = AttnType::kCsa;  // overlap + indexer exactly when the ratio is 4 ([OFF])
-  else if (ratio > 0) l.attn = AttnType::kHca;
-  else return invalid_argument("{}: compress ratio must be >= 0, found {}", where, ratio);
+  else if (ratio > 0 && ratio <= kMaxCompressRatio) l.attn = AttnType::kHca;
+  else return invalid_argument("{}: compress ratio must be in [0, {}], found {}", where, kMaxCompressRatio, ratio);
   return l;
 }
 
@@ -179,6 +193,8 @@ Result<ModelConfig> ModelConfig::from_json(const json& j, const std::string& ori
   DSV4_RETURN_IF_ERROR(f.number({"vocab_size"}, c.vocab_size, true));
   DSV4_RETURN_IF_ERROR(f.number({"hidden_size", "dim"}, c.hidden, true));
   DSV4_RETURN_IF_ERROR(f.number({"num_hidden_layers", "n_layers"}, c.n_layers, true));
+  // It sizes the layer list below, before validate() runs.
+  if (c.n_layers <= 0) return invalid_argument("{}: num_hidden_layers must be positive, found {}", origin, c.n_layers);
   DSV4_RETURN_IF_ERROR(f.number({"num_attention_heads", "n_heads"}, c.n_heads, true));
   DSV4_RETURN_IF_ERROR(f.number({"num_key_value_heads"}, c.n_kv_heads, false));
   DSV4_RETURN_IF_ERROR(f.number({"head_dim"}, c.head_dim, true));
@@ -219,6 +235,8 @@ Result<ModelConfig> ModelConfig::from_json(const json& j, const std::string& ori
   double partial = 0.0;
   DSV4_RETURN_IF_ERROR(f.number({"partial_rotary_factor"}, partial, false));
   DSV4_RETURN_IF_ERROR(f.number({"qk_rope_head_dim", "rope_head_dim"}, c.rope_dim, false));
+  if (f.find({"partial_rotary_factor"}) != nullptr && !(partial > 0.0 && partial <= 1.0))
+    return invalid_argument("{}: partial_rotary_factor must be in (0, 1], found {}", origin, partial);
   if (c.rope_dim == 0 && partial > 0.0) c.rope_dim = int(double(c.head_dim) * partial);
   if (c.rope_dim == 0) c.rope_dim = c.head_dim / 8;  // the HF default factor 64/512
 
@@ -284,7 +302,7 @@ Result<ModelConfig> ModelConfig::from_json(const json& j, const std::string& ori
       } else {
         return invalid_argument("{}: layer_types[{}] = {} is not one of sliding_attention, "
                                 "compressed_sparse_attention, heavily_compressed_attention",
-                                origin, i, t.dump());
+                                origin, i, short_json(t));
       }
       c.layers.push_back(l);
     }
@@ -292,7 +310,7 @@ Result<ModelConfig> ModelConfig::from_json(const json& j, const std::string& ori
     if (!cr->is_array()) return invalid_argument("{}: compress_ratios must be a list", origin);
     for (size_t i = 0; i < cr->size(); ++i) {
       if (!(*cr)[i].is_number_integer())
-        return invalid_argument("{}: compress_ratios[{}] must be an integer, found {}", origin, i, (*cr)[i].dump());
+        return invalid_argument("{}: compress_ratios[{}] must be an integer, found {}", origin, i, short_json((*cr)[i]));
       int ratio = 0;
       DSV4_RETURN_IF_ERROR(integer_value((*cr)[i], fmt::format("{}: compress_ratios[{}]", origin, i), ratio));
       ratios.push_back(ratio);
@@ -322,7 +340,7 @@ Result<ModelConfig> ModelConfig::from_json(const json& j, const std::string& ori
       const std::string s = t.is_string() ? t.get<std::string>() : "";
       if (s == "hash_moe") c.layers[size_t(i)].moe = MoeType::kHash;
       else if (s == "moe") c.layers[size_t(i)].moe = MoeType::kScore;
-      else return invalid_argument("{}: mlp_layer_types[{}] = {} is not 'hash_moe' or 'moe'", origin, i, t.dump());
+      else return invalid_argument("{}: mlp_layer_types[{}] = {} is not 'hash_moe' or 'moe'", origin, i, short_json(t));
     }
   } else {
     int n_hash = 3;
@@ -357,13 +375,24 @@ Result<ModelConfig> ModelConfig::from_json(const json& j, const std::string& ori
 
 Result<ModelConfig> ModelConfig::load(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) return not_found("cannot open '{}': {}", path, std::strerror(errno));
-  // Opening a directory succeeds, and reading it throws out of the parser (EISDIR).
+  // A regular file only: a directory throws out of the parser (EISDIR), and a FIFO would block the
+  // read forever.
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    return invalid_argument("'{}' is a directory, expected a JSON file", path);
-  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const auto status = std::filesystem::status(path, ec);
+  if (ec) return not_found("cannot open '{}': {}", path, ec.message());
+  if (std::filesystem::is_directory(status)) return invalid_argument("'{}' is a directory, expected a JSON file", path);
+  if (!std::filesystem::is_regular_file(status))
+    return invalid_argument("'{}' is not a regular file, expected a JSON file", path);
+  const uintmax_t bytes = std::filesystem::file_size(path, ec);
+  if (ec || bytes > kMaxConfigBytes)
+    return invalid_argument("'{}' has {} bytes; a config.json has a few KB (at most {})", path, bytes, kMaxConfigBytes);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found("cannot open '{}': {}", path, std::strerror(errno));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Messages print parts of the file, and printing recurses once a level (json_depth.h).
+  if (const size_t depth = json_nesting_depth(text); depth > kMaxConfigDepth)
+    return invalid_argument("'{}' nests {} levels deep (at most {})", path, depth, kMaxConfigDepth);
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return invalid_argument("'{}' is not valid JSON", path);
   DSV4_ASSIGN_OR_RETURN(ModelConfig c, from_json(j, path));
   DSV4_RETURN_IF_ERROR(c.validate().with_context(path));
@@ -421,8 +450,18 @@ Status ModelConfig::validate() const {
        {std::pair{"rope_theta", rope_main.theta}, {"compress_rope_theta", rope_compress.theta}})
     if (!(theta > 0.0) || !std::isfinite(theta))
       return invalid_argument("{} must be positive and finite, found {}", name, theta);
-  if (rope_compress.yarn && !(rope_compress.factor > 0.0))
-    return invalid_argument("YaRN factor must be positive, found {}", rope_compress.factor);
+  if (rope_compress.yarn && !(rope_compress.factor > 0.0 && std::isfinite(rope_compress.factor)))
+    return invalid_argument("YaRN factor must be positive and finite, found {}", rope_compress.factor);
+  for (const RopeConfig* rp : {&rope_main, &rope_compress})
+    if (rp->yarn && !(rp->beta_fast > 0.0 && std::isfinite(rp->beta_fast) && rp->beta_slow > 0.0 &&
+                      std::isfinite(rp->beta_slow)))
+      return invalid_argument("YaRN beta_fast and beta_slow must be positive and finite, found {} and {}",
+                              rp->beta_fast, rp->beta_slow);
+  // Both scale every routed output; a negative limit would clamp every activation to an empty range.
+  if (!(routed_scaling_factor > 0.0) || !std::isfinite(routed_scaling_factor))
+    return invalid_argument("routed_scaling_factor must be positive and finite, found {}", routed_scaling_factor);
+  if (!(swiglu_limit >= 0.0) || !std::isfinite(swiglu_limit))
+    return invalid_argument("swiglu_limit must be >= 0 and finite (0: no clamp), found {}", swiglu_limit);
   for (const auto& [name, eps] : {std::pair{"rms_norm_eps", norm_eps}, {"hc_eps", hc_eps}})
     if (!(eps >= 0.0) || !std::isfinite(eps)) return invalid_argument("{} must be >= 0, found {}", name, eps);
   if (n_kv_heads != 1) return unimplemented("num_key_value_heads must be 1 (shared-KV MQA), found {}", n_kv_heads);

@@ -12,10 +12,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
 
 #include "base/check.h"
+#include "base/json_depth.h"
 #include "base/numeric.h"
 
 namespace dsv4 {
@@ -39,6 +42,15 @@ constexpr DTypeEntry kDTypes[] = {
 // Headers of real checkpoints are a few MB (the Flash index has ~100k tensors over 46 files);
 // anything far larger is corrupt, and refusing it early avoids a huge allocation.
 constexpr uint64_t kMaxHeaderBytes = 256ull << 20;
+// A header is {name: {dtype, shape: [...], data_offsets: [...]}, "__metadata__": {str: str}}: three
+// levels. Deeper text is corrupt, and printing it in a message would recurse once a level.
+constexpr size_t kMaxHeaderDepth = 3;
+// The sharded index is {"metadata": {...}, "weight_map": {name: file}}; a few levels of slack.
+constexpr size_t kMaxIndexDepth = 8;
+constexpr uintmax_t kMaxIndexBytes = uintmax_t(256) << 20;
+
+// A JSON value for an error message: scalars as written, containers by their type only.
+std::string short_json(const json& v) { return v.is_structured() ? std::string(v.type_name()) : v.dump(); }
 }  // namespace
 
 const char* dtype_name(DType t) {
@@ -132,13 +144,20 @@ int64_t TensorInfo::get_i64(int64_t i) const {
 // ---- MappedFile -----------------------------------------------------------------------------
 
 Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; it is
+  // refused below with everything else that is not a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return not_found("cannot open '{}': {}", path, std::strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
     return internal_error("cannot stat '{}': {}", path, std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return invalid_argument("'{}' is {}, expected a safetensors file", path,
+                            S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
   }
   std::unique_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
@@ -171,20 +190,40 @@ Result<std::vector<TensorInfo>> parse_safetensors(const uint8_t* data, size_t si
   if (header_len > kMaxHeaderBytes)
     return invalid_argument("{}: header length {} exceeds the limit of {} bytes", origin, header_len, kMaxHeaderBytes);
   const char* hbegin = reinterpret_cast<const char*>(data + 8);
+  const std::string_view htext(hbegin, size_t(header_len));
+  // The JSON parser stops at a NUL as at the end of its input, so bytes after one would be
+  // silently ignored; the format pads a header with spaces only.
+  if (const size_t nul = htext.find('\0'); nul != std::string_view::npos)
+    return invalid_argument("{}: header has a NUL byte at offset {} (expected JSON padded with spaces)", origin, nul);
+  if (const size_t depth = json_nesting_depth(htext); depth > kMaxHeaderDepth)
+    return invalid_argument("{}: header nests {} levels deep (a safetensors header has {})", origin, depth,
+                            kMaxHeaderDepth);
   // A JSON object keeps the last of two equal keys: a tensor named twice would silently lose its
-  // first entry, so top-level keys are collected while parsing.
+  // first entry, so top-level keys are collected while parsing. __metadata__ maps strings to
+  // strings (the format's rule): anything else in it is refused below and not kept while parsing
+  // (240 MB of small arrays would take ~6 GB as parsed values).
   std::set<std::string> keys;
   std::string duplicate;
+  bool in_metadata = false, bad_metadata = false;
   const json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::key && depth == 1 && !keys.insert(parsed.get<std::string>()).second &&
-        duplicate.empty())
-      duplicate = parsed.get<std::string>();
+    using E = json::parse_event_t;
+    if (event == E::key && depth == 1) {
+      std::string key = parsed.get<std::string>();
+      in_metadata = key == "__metadata__";
+      if (!keys.insert(std::move(key)).second && duplicate.empty()) duplicate = parsed.get<std::string>();
+    }
+    if (in_metadata && depth >= 2 && (event == E::value || event == E::array_end || event == E::object_end) &&
+        (depth > 2 || !parsed.is_string())) {
+      bad_metadata = true;
+      return false;
+    }
     return true;
   };
-  json header = json::parse(hbegin, hbegin + header_len, on_event, /*allow_exceptions=*/false);
+  json header = json::parse(htext.begin(), htext.end(), on_event, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object())
     return invalid_argument("{}: header is not a JSON object", origin);
   if (!duplicate.empty()) return invalid_argument("{}: header names '{}' more than once", origin, duplicate);
+  if (bad_metadata) return invalid_argument("{}: __metadata__ must map names to strings", origin);
 
   const uint8_t* body = data + 8 + header_len;
   const uint64_t body_size = size - 8 - header_len;
@@ -210,17 +249,17 @@ Result<std::vector<TensorInfo>> parse_safetensors(const uint8_t* data, size_t si
     for (const json& d : e["shape"]) {
       if (!d.is_number_unsigned())
         return invalid_argument("{}: tensor '{}': shape entries must be non-negative integers, found {}", origin, name,
-                                d.dump());
+                                short_json(d));
       const uint64_t v = d.get<uint64_t>();
       if (v > (uint64_t(1) << 40) || (v != 0 && numel > (uint64_t(1) << 40) / v))
-        return invalid_argument("{}: tensor '{}': shape {} is implausibly large", origin, name, e["shape"].dump());
+        return invalid_argument("{}: tensor '{}': shape {} is implausibly large", origin, name, short_json(e["shape"]));
       numel *= v;
       t.shape.push_back(int64_t(v));
     }
     const json& off = e["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       return invalid_argument("{}: tensor '{}': data_offsets must be two non-negative integers, found {}", origin,
-                              name, off.dump());
+                              name, short_json(off));
     const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     if (begin > end)
       return invalid_argument("{}: tensor '{}': data_offsets [{}, {}] are reversed", origin, name, begin, end);
@@ -290,11 +329,20 @@ Result<std::unique_ptr<TensorStore>> TensorStore::open(const std::string& path) 
   const fs::path dir(path);
   const fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index, ec)) {
-    // Opening a directory succeeds, and reading it throws out of the parser (EISDIR).
-    if (fs::is_directory(index, ec))
+    // A regular file only: a directory throws out of the parser (EISDIR), a FIFO blocks the read.
+    const fs::file_status index_status = fs::status(index, ec);
+    if (fs::is_directory(index_status))
       return invalid_argument("'{}' is a directory, expected a JSON file", index.string());
-    std::ifstream in(index);
-    json j = json::parse(in, nullptr, false);
+    if (!fs::is_regular_file(index_status))
+      return invalid_argument("'{}' is not a regular file, expected a JSON file", index.string());
+    const uintmax_t bytes = fs::file_size(index, ec);
+    if (ec || bytes > kMaxIndexBytes)
+      return invalid_argument("'{}' has {} bytes (at most {})", index.string(), bytes, kMaxIndexBytes);
+    std::ifstream in(index, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (const size_t depth = json_nesting_depth(text); depth > kMaxIndexDepth)
+      return invalid_argument("'{}' nests {} levels deep (at most {})", index.string(), depth, kMaxIndexDepth);
+    json j = json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       return invalid_argument("'{}': expected a JSON object with a 'weight_map' object", index.string());
     std::map<std::string, std::vector<std::string>> by_file;

@@ -28,6 +28,10 @@ struct CudaRunner::Device {
   float* h_logprob = nullptr;
   int32_t* h_top_ids = nullptr;
   float* h_top_lp = nullptr;
+  // A step's sequences for the model and the rows it samples: kept, so that steps reuse the
+  // capacity instead of allocating.
+  std::vector<gpu::GpuStepSeq> step_seqs;
+  std::vector<const StepSequence*> sampling;
 
   ~Device() {
     for (void* p : {static_cast<void*>(h_params), static_cast<void*>(h_token), static_cast<void*>(h_logprob),
@@ -60,6 +64,9 @@ CudaRunner::CudaRunner() = default;
 CudaRunner::~CudaRunner() = default;
 
 Result<std::unique_ptr<CudaRunner>> CudaRunner::load(const EngineConfig& cfg) {
+  // The scheduler settings size the graphs and buffers below: refused here, before the weights
+  // are read, not by Engine::start after they are on the device.
+  DSV4_RETURN_IF_ERROR(cfg.check());
   if (cfg.kv_dtype != "fp8") {
     return invalid_argument("--device cuda stores the KV cache as fp8_ds_mla records: --kv-dtype must be fp8, found "
                             "'{}'",
@@ -78,6 +85,11 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::load(const EngineConfig& cfg) {
     DSV4_ASSIGN_OR_RETURN(ModelConfig mc, ModelConfig::load(cfg.model_dir));
     r->cfg_ = std::make_unique<ModelConfig>(std::move(mc));
   }
+  // max_model_len sizes the step's block tables and the indexer's workspace.
+  if (cfg.max_model_len > r->cfg_->max_position_embeddings) {
+    return invalid_argument("--max-model-len {} exceeds the model's maximum of {} positions", cfg.max_model_len,
+                            r->cfg_->max_position_embeddings);
+  }
   DSV4_ASSIGN_OR_RETURN(r->weights_, ModelWeights::load(cfg.model_dir, *r->cfg_));
 
   gpu::GpuModelOptions o;
@@ -86,6 +98,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::load(const EngineConfig& cfg) {
   o.n_kv_blocks = cfg.num_kv_blocks;
   o.max_positions = cfg.max_model_len > 0 ? cfg.max_model_len : r->cfg_->max_position_embeddings;
   o.wo_a_fp8 = cfg.wo_a == "fp8";
+  // Decode graphs for 1, 2, 4, ... and max_num_seqs itself (>= 1: checked above).
   for (int b = 1; b <= cfg.max_num_seqs; b *= 2) o.graph_batch_sizes.push_back(b);
   if (o.graph_batch_sizes.back() != cfg.max_num_seqs) o.graph_batch_sizes.push_back(cfg.max_num_seqs);
   DSV4_ASSIGN_OR_RETURN(r->model_, gpu::GpuModel::load(*r->cfg_, *r->weights_, o));
@@ -116,9 +129,10 @@ Status CudaRunner::on_engine_thread_start() {
 }
 
 Status CudaRunner::execute(const StepInput& in, StepOutput* out) {
-  std::vector<gpu::GpuStepSeq> seqs;
-  seqs.reserve(in.seqs.size());
-  std::vector<const StepSequence*> sampling;
+  std::vector<gpu::GpuStepSeq>& seqs = dev_->step_seqs;
+  std::vector<const StepSequence*>& sampling = dev_->sampling;
+  seqs.clear();
+  sampling.clear();
   for (const StepSequence& s : in.seqs) {
     gpu::GpuStepSeq g;
     g.slot = s.slot;
@@ -186,7 +200,9 @@ Status CudaRunner::execute(const StepInput& in, StepOutput* out) {
 
 void CudaRunner::release(int64_t seq_id, int32_t slot) {
   // Nothing to free: a slot's window ring and compressor state are overwritten by the next
-  // sequence that starts in it (pos0 == 0), and its KV blocks belong to the engine's pool.
+  // sequence that starts in it (pos0 == 0), and its KV blocks belong to the engine's pool. The
+  // slot forgets its length, so only a new sequence may use it.
+  model_->release_slot(slot);
 }
 
 }  // namespace dsv4::runtime

@@ -37,7 +37,7 @@ class CudaRunner : public ModelRunner {
 
  private:
   CudaRunner();
-  struct Device;  // sampler buffers (device + pinned), owned here
+  struct Device;  // sampler buffers (device + pinned) and the step lists, owned here
 
   std::unique_ptr<ModelConfig> cfg_;
   std::unique_ptr<ModelWeights> weights_;  // host mappings; the GPU copy lives in model_

@@ -709,6 +709,19 @@ TEST(GpuModel, ErrorsLeaveStateUntouched) {
   DSV4_ASSERT_OK(run(s6.add(6, 200, tok), a));
   DSV4_ASSERT_OK(run(s7.add(7, 200, tok), b));
   expect_bit_exact("after refused steps vs twin", a, b);
+  // A released slot forgets its sequence: continuing it is refused, a new one starts (pos0 = 0).
+  m.release_slot(7);
+  m.release_slot(-1);  // out of range: ignored
+  m.release_slot(kMaxSeqs);
+  {
+    Step st;
+    st.add(7, 201, tok);
+    expect_refused(st, StatusCode::kInvalidArgument, "does not continue");
+  }
+  {
+    Step st;
+    DSV4_ASSERT_OK(run(st.add(7, 0, prompt), b));
+  }
   EXPECT_EQ(m.allocations_after_load(), 0);
 }
 

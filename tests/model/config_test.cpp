@@ -3,7 +3,10 @@
 #include "model/config.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "model/tensor_names.h"
@@ -250,6 +253,62 @@ TEST(Config, OutOfRangeAndUnrunnableValuesAreErrors) {
   ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
   EXPECT_EQ(ok->hidden, 4096);
   EXPECT_TRUE(ok->validate().is_ok()) << ok->validate().to_string();
+}
+
+// Found by feeding the loader hostile configs: a negative layer count threw std::length_error
+// out of the parser (abort), a deeply nested entry overflowed the stack in the error message,
+// and the others ran on silently (a rope dim from INT_MIN, a NaN-making scale or limit).
+TEST(Config, HostileValuesAreErrorsNotCrashes) {
+  json j = flash_legacy();
+  j["num_hidden_layers"] = -1;
+  check(j, "num_hidden_layers must be positive, found -1");
+  j = flash_hf();
+  j["num_hidden_layers"] = -2147483648;
+  check(j, "num_hidden_layers must be positive");
+  j = flash_hf();
+  j["layer_types"][3] = json::array({json::array({json::array({1})})});
+  check(j, "layer_types[3] = array is not one of");
+  j = flash_hf();
+  j["partial_rotary_factor"] = 1e300;
+  j.erase("qk_rope_head_dim");
+  check(j, "partial_rotary_factor must be in (0, 1], found 1e+300");
+  j = flash_hf();
+  j["partial_rotary_factor"] = -0.5;
+  check(j, "partial_rotary_factor must be in (0, 1]");
+  j = flash_legacy();
+  j["routed_scaling_factor"] = -1e308;
+  check(j, "routed_scaling_factor must be positive and finite");
+  j = flash_legacy();
+  j["swiglu_limit"] = -1.0;
+  check(j, "swiglu_limit must be >= 0");
+  j = flash_legacy();
+  j["rope_scaling"]["beta_fast"] = -1e308;
+  check(j, "beta_fast and beta_slow must be positive");
+  j = flash_legacy();
+  j["compress_ratios"][5] = 2147483647;
+  check(j, "compress ratio must be in [0, 1024], found 2147483647");
+}
+
+// config.json as a file: a FIFO blocked the read forever; nesting is refused before parsing.
+TEST(Config, LoadRefusesFilesThatAreNotPlainJson) {
+  const std::string dir = ::testing::TempDir() + "dsv4_config_files";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/config.json";
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  Status st = ModelConfig::load(dir).status();
+  EXPECT_NE(st.message().find("is not a regular file, expected a JSON file"), std::string::npos) << st.message();
+  std::filesystem::remove(path);
+  std::filesystem::create_directory(path);
+  st = ModelConfig::load(dir).status();
+  EXPECT_NE(st.message().find("is a directory, expected a JSON file"), std::string::npos) << st.message();
+  std::filesystem::remove(path);
+  std::ofstream(path) << std::string(100000, '[') << std::string(100000, ']');
+  st = ModelConfig::load(dir).status();
+  EXPECT_NE(st.message().find("nests 100000 levels deep (at most 32)"), std::string::npos) << st.message();
+  std::ofstream(path) << flash_legacy().dump();
+  EXPECT_TRUE(ModelConfig::load(dir).is_ok()) << ModelConfig::load(dir).status().to_string();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Config, HcaRateFromLegacyRatios) {

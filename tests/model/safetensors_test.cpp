@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -195,6 +197,54 @@ TEST(Safetensors, ShardedIndexMustAgreeWithShards) {
   std::ofstream(dir + "/model.safetensors.index.json") << "{oops";
   st = TensorStore::open(dir).status();
   EXPECT_NE(st.message().find("weight_map"), std::string::npos) << st.message();
+  fs::remove_all(dir);
+}
+
+// Found by feeding the loader hostile files: each of these crashed, hung, or took gigabytes.
+TEST(Safetensors, RejectsHostileHeadersWithoutCrashing) {
+  // A shape nested 100k deep is a 200 KB header; printing it in the message overflowed the stack.
+  const std::string deep = std::string(100000, '[') + "2" + std::string(100000, ']');
+  expect_error(make_file(R"({"a":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,8]}})", 8),
+               "nests 100002 levels deep");
+  // The parser stops at a NUL as at the end of its input: the garbage behind it went unseen.
+  std::string nul = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  nul += std::string(1, '\0') + "GARBAGE{{";
+  expect_error(make_file(nul, 8), "NUL byte at offset 54");
+  // __metadata__ maps strings to strings; other values are refused (and not kept while parsing).
+  expect_error(make_file(R"({"__metadata__":{"x":[[],[]]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8),
+               "nests 4 levels");
+  expect_error(make_file(R"({"__metadata__":{"x":[1,2]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8),
+               "__metadata__ must map names to strings");
+  expect_error(make_file(R"({"__metadata__":{"x":7},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8),
+               "__metadata__ must map names to strings");
+  auto ok = make_file(R"({"__metadata__":{"format":"pt","n":"7"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                      8);
+  EXPECT_TRUE(parse(ok).is_ok()) << parse(ok).to_string();
+  // A container in a shape nests too deep; a scalar of the wrong type is named.
+  expect_error(make_file(R"({"a":{"dtype":"F32","shape":[[2]],"data_offsets":[0,8]}})", 8), "nests 4 levels");
+  expect_error(make_file(R"({"a":{"dtype":"F32","shape":[true],"data_offsets":[0,8]}})", 8), "found true");
+}
+
+// Opening a FIFO waited for a writer forever; a directory gave "cannot mmap ...: No such device".
+TEST(Safetensors, ShardsThatAreNotRegularFilesAreRefused) {
+  const std::string dir = tmp_dir("notreg");
+  SafetensorsWriter a;
+  a.add_f32("p", {1}, {1.0f});
+  ASSERT_TRUE(a.write(dir + "/s1.safetensors").is_ok());
+  ASSERT_EQ(mkfifo((dir + "/fifo.safetensors").c_str(), 0600), 0);
+  fs::create_directory(dir + "/d.safetensors");
+  for (const auto& [shard, says] : {std::pair{"fifo.safetensors", "is not a regular file, expected a safetensors"},
+                                     {"d.safetensors", "is a directory, expected a safetensors file"}}) {
+    std::ofstream(dir + "/model.safetensors.index.json")
+        << nlohmann::json{{"weight_map", {{"p", "s1.safetensors"}, {"q", shard}}}}.dump();
+    const Status st = TensorStore::open(dir).status();
+    EXPECT_NE(st.message().find(says), std::string::npos) << shard << ": " << st.message();
+  }
+  // The index itself: a FIFO index blocked the same way.
+  fs::remove(dir + "/model.safetensors.index.json");
+  ASSERT_EQ(mkfifo((dir + "/model.safetensors.index.json").c_str(), 0600), 0);
+  const Status st = TensorStore::open(dir).status();
+  EXPECT_NE(st.message().find("is not a regular file, expected a JSON file"), std::string::npos) << st.message();
   fs::remove_all(dir);
 }
 

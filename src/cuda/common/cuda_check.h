@@ -1,9 +1,13 @@
-// cuda_check.h: the two ways a CUDA call can fail here. DSV4_CUDA_CHECK aborts (a broken invariant:
-// a kernel launch we validated failed, a free failed); cuda_status() turns an error into a
-// dsv4::Status for calls whose failure is a resource problem the caller must handle (allocation).
+// cuda_check.h: the ways a CUDA call can fail here. DSV4_CUDA_CHECK aborts (a broken invariant:
+// a kernel launch we validated failed); cuda_status() turns an error into a dsv4::Status for
+// calls whose failure is a resource problem the caller must handle (allocation); check_free()
+// is for frees in destructors, which must unwind after a device fault.
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <cstdio>
 
 #include "base/check.h"
 #include "base/status.h"
@@ -22,6 +26,19 @@ inline Status cuda_status(cudaError_t err, const char* what) {
   const StatusCode code =
       err == cudaErrorMemoryAllocation ? StatusCode::kResourceExhausted : StatusCode::kInternal;
   return Status(code, fmt::format("{}: {} ({})", what, cudaGetErrorString(err), cudaGetErrorName(err)));
+}
+
+// A free in a destructor. A bad pointer is a broken invariant and aborts. Any other error is
+// one the device already returned elsewhere: after a fault (an illegal address in a kernel)
+// every later call returns it, and the failed step reported it; a server must still unwind and
+// exit cleanly then. So it is printed, and the error state cleared where it can be.
+inline void check_free(cudaError_t err, const char* what) {
+  DSV4_CHECK(err != cudaErrorInvalidValue && err != cudaErrorInvalidDevicePointer, "{}: {}", what,
+             cudaGetErrorString(err));
+  if (err == cudaSuccess) return;
+  fmt::print(stderr, "{} after an earlier device error: {} ({})\n", what, cudaGetErrorString(err),
+             cudaGetErrorName(err));
+  cudaGetLastError();
 }
 
 // Status of the last kernel launch (configuration errors surface here, not at <<<>>>).

@@ -17,7 +17,7 @@ Result<DeviceBuffer> DeviceBuffer::create(size_t bytes, bool zero) {
 }
 
 void DeviceBuffer::reset() {
-  if (ptr_ != nullptr) DSV4_CUDA_CHECK(cudaFree(ptr_));
+  if (ptr_ != nullptr) check_free(cudaFree(ptr_), "cudaFree");
   ptr_ = nullptr;
   bytes_ = 0;
 }

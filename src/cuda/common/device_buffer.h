@@ -29,7 +29,9 @@ class DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
   // Allocates `bytes` (cudaMalloc: 256-byte aligned). With zero = true the memory is cleared
-  // (counters and flags must start at zero; data buffers need not).
+  // (counters and flags must start at zero; data buffers need not) by cudaMemset on the legacy
+  // default stream, which non-blocking streams do not wait for: synchronize the device before
+  // such a stream first reads it (GpuModel::load does).
   static Result<DeviceBuffer> create(size_t bytes, bool zero = false);
 
   void reset();
