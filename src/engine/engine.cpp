@@ -149,7 +149,7 @@ void Engine::Impl::take_inbox(bool* stop) {
     std::lock_guard<std::mutex> lk(inbox_mu);
     fresh.swap(inbox);
     *stop = stopping;
-    n_queued_total = int64_t(scheduler.waiting().size() + fresh.size());
+    n_queued_total = int64_t(scheduler.waiting().size() + fresh.size());  // fresh joins waiting below
   }
   for (auto& r : fresh) {
     Request* p = r.get();
@@ -206,7 +206,9 @@ void Engine::Impl::update_gauges() {
   size_t n_inbox;
   {
     std::lock_guard<std::mutex> lk(inbox_mu);
-    n_queued_total = int64_t(scheduler.waiting().size() + inbox.size());
+    // The inbox is counted live by submit: counted here as well, a request that arrived between
+    // take_inbox and this update was counted twice for the whole step (a spurious "queue full").
+    n_queued_total = int64_t(scheduler.waiting().size());
     n_inbox = inbox.size();
   }
   std::lock_guard<std::mutex> lk(metrics.mu);

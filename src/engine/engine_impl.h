@@ -48,7 +48,8 @@ struct Engine::Impl {
   std::mutex inbox_mu;
   std::vector<std::unique_ptr<engine_detail::Request>> inbox;  // guarded by inbox_mu
   int64_t next_seq_id = 1;                                     // guarded by inbox_mu
-  int64_t n_queued_total = 0;  // inbox + waiting, guarded by inbox_mu (for the queue bound)
+  int64_t n_queued_total = 0;  // the scheduler's waiting requests as of the engine thread's last
+                               // count; submit adds the inbox (guarded by inbox_mu; the queue bound)
   bool stopping = false;       // guarded by inbox_mu
 
   // Engine thread state.

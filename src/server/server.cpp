@@ -15,6 +15,7 @@
 #include <chrono>
 #include <ctime>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -31,6 +32,8 @@ namespace dsv4::server {
 namespace {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
+// How long stop() lets open streams write their last events (see HttpServer::stop).
+constexpr auto kStreamDrain = std::chrono::seconds(10);
 
 int64_t unix_now() { return int64_t(std::time(nullptr)); }
 
@@ -86,6 +89,7 @@ struct HttpServer::Impl {
   int64_t started_at = unix_now();
   std::atomic<Engine*> engine{nullptr};
   std::atomic<const tok::Tokenizer*> tokenizer{nullptr};
+  std::atomic<int> open_streams{0};  // SSE responses not yet released (stop() drains them)
   std::mutex counters_mu;
   ServerCounters counters;
 
@@ -123,16 +127,50 @@ struct HttpServer::Impl {
     return false;
   }
 
+  ApiError body_too_large() const {
+    return ApiError{413, "invalid_request_error",
+                    fmt::format("the request body exceeds {} bytes (--max-request-body-bytes)",
+                                config.max_request_body_bytes),
+                    "", "request_too_large"};
+  }
+
+  // A POST body, read through a receiver that keeps at most max_request_body_bytes whatever the
+  // framing: httplib (0.11) applies its own limit to a Content-Length body only, and a chunked one
+  // grew in memory without bound. A longer body is read to its end and dropped, so that the
+  // connection stays in step for its next request, and answered 413 (as httplib answers a long
+  // Content-Length). Null after an error response.
+  std::optional<std::string> read_body(const httplib::ContentReader& read, httplib::Response& res) {
+    std::string body;
+    bool too_large = false;
+    const size_t limit = size_t(config.max_request_body_bytes);
+    const bool complete = read([&](const char* data, size_t n) {
+      too_large = too_large || n > limit - body.size();
+      if (!too_large) body.append(data, n);
+      return true;
+    });
+    // httplib refuses a Content-Length past its own limit (set to the same bytes) by failing the
+    // read with status 413.
+    if (too_large || (!complete && res.status == 413)) {
+      send_error(res, body_too_large());
+      return std::nullopt;
+    }
+    if (!complete) {  // the client hung up or broke the framing
+      send_error(res, bad_request(http_error_message(400)));
+      return std::nullopt;
+    }
+    return body;
+  }
+
   // Parses the body as JSON; the parser's message says where it failed. Nesting deeper than
   // kMaxJsonDepth is refused: using such a value would overflow the stack (json_depth.h).
-  bool parse_body(const httplib::Request& req, httplib::Response& res, Json* j) {
+  bool parse_body(const std::string& body, httplib::Response& res, Json* j) {
     try {
-      *j = Json::parse(req.body);
+      *j = Json::parse(body);
     } catch (const nlohmann::json::exception& e) {
       send_error(res, bad_request(fmt::format("the request body is not valid JSON: {}", e.what())));
       return false;
     }
-    if (const size_t depth = json_nesting_depth(req.body); depth > kMaxJsonDepth) {
+    if (const size_t depth = json_nesting_depth(body); depth > kMaxJsonDepth) {
       *j = Json();
       send_error(res, bad_request(fmt::format("the request body nests arrays and objects {} levels deep; at most {} "
                                               "are allowed",
@@ -143,15 +181,15 @@ struct HttpServer::Impl {
   }
 
   void routes();
-  void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  void handle_generate(const httplib::Request& req, const std::string& body, httplib::Response& res, bool chat);
   void respond_stream(httplib::Response& res, RequestStream stream, std::unique_ptr<Responder> responder);
   void respond_whole(httplib::Response& res, RequestStream stream, Responder& responder, int client_socket);
   void count_disconnect() {
     std::lock_guard<std::mutex> lk(counters_mu);
     ++counters.client_disconnects;
   }
-  void handle_tokenize(const httplib::Request& req, httplib::Response& res);
-  void handle_detokenize(const httplib::Request& req, httplib::Response& res);
+  void handle_tokenize(const httplib::Request& req, const std::string& body, httplib::Response& res);
+  void handle_detokenize(const httplib::Request& req, const std::string& body, httplib::Response& res);
   Json model_card(const std::string& name) const;
 };
 
@@ -168,13 +206,14 @@ Json HttpServer::Impl::model_card(const std::string& name) const {
   return m;
 }
 
-void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+void HttpServer::Impl::handle_generate(const httplib::Request& req, const std::string& body, httplib::Response& res,
+                                       bool chat) {
   const auto arrival = Clock::now();
   if (!authorized(req, res) || !ready(res)) return;
   Engine& eng = *engine.load();
   const tok::Tokenizer& tok = *tokenizer.load();
   Json j;
-  if (!parse_body(req, res, &j)) return;
+  if (!parse_body(body, res, &j)) return;
   const RequestContext ctx{config, eng.limits(), tok};
 
   CommonRequest* common = nullptr;
@@ -301,19 +340,23 @@ void HttpServer::Impl::respond_stream(httplib::Response& res, RequestStream stre
     return true;
   };
   // Runs when the response ends for any reason: a request still running has lost its client.
-  auto releaser = [client_gone](bool) { client_gone(); };
+  ++open_streams;
+  auto releaser = [this, client_gone](bool) {
+    client_gone();
+    --open_streams;
+  };
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider("text/event-stream", provider, releaser);
 }
 
-void HttpServer::Impl::handle_tokenize(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::handle_tokenize(const httplib::Request& req, const std::string& body, httplib::Response& res) {
   if (!authorized(req, res) || !ready(res)) return;
   Engine& eng = *engine.load();
   const tok::Tokenizer& tok = *tokenizer.load();
   Json j;
-  if (!parse_body(req, res, &j)) return;
+  if (!parse_body(body, res, &j)) return;
   if (!j.is_object()) return send_error(res, bad_request("the request body must be a JSON object"));
   ApiError err;
   FieldReader f(j, &err);
@@ -352,11 +395,12 @@ void HttpServer::Impl::handle_tokenize(const httplib::Request& req, httplib::Res
   res.set_content(dump_json(out), "application/json");
 }
 
-void HttpServer::Impl::handle_detokenize(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::handle_detokenize(const httplib::Request& req, const std::string& body,
+                                         httplib::Response& res) {
   if (!authorized(req, res) || !ready(res)) return;
   const tok::Tokenizer& tok = *tokenizer.load();
   Json j;
-  if (!parse_body(req, res, &j)) return;
+  if (!parse_body(body, res, &j)) return;
   if (!j.is_object()) return send_error(res, bad_request("the request body must be a JSON object"));
   ApiError err;
   FieldReader f(j, &err);
@@ -375,12 +419,22 @@ void HttpServer::Impl::handle_detokenize(const httplib::Request& req, httplib::R
 }
 
 void HttpServer::Impl::routes() {
-  svr.Post("/v1/chat/completions",
-           [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, /*chat=*/true); });
-  svr.Post("/v1/completions",
-           [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, /*chat=*/false); });
-  svr.Post("/tokenize", [this](const httplib::Request& q, httplib::Response& r) { handle_tokenize(q, r); });
-  svr.Post("/detokenize", [this](const httplib::Request& q, httplib::Response& r) { handle_detokenize(q, r); });
+  // Every POST route takes its body from read_body.
+  auto post = [this](const char* path, auto handle) {
+    svr.Post(path, [this, handle](const httplib::Request& q, httplib::Response& r, const httplib::ContentReader& read) {
+      if (std::optional<std::string> body = read_body(read, r)) handle(q, *body, r);
+    });
+  };
+  post("/v1/chat/completions", [this](const httplib::Request& q, const std::string& b, httplib::Response& r) {
+    handle_generate(q, b, r, /*chat=*/true);
+  });
+  post("/v1/completions", [this](const httplib::Request& q, const std::string& b, httplib::Response& r) {
+    handle_generate(q, b, r, /*chat=*/false);
+  });
+  post("/tokenize",
+       [this](const httplib::Request& q, const std::string& b, httplib::Response& r) { handle_tokenize(q, b, r); });
+  post("/detokenize",
+       [this](const httplib::Request& q, const std::string& b, httplib::Response& r) { handle_detokenize(q, b, r); });
   svr.Get("/v1/models", [this](const httplib::Request& q, httplib::Response& r) {
     if (!authorized(q, r)) return;
     Json data = Json::array();
@@ -428,10 +482,7 @@ void HttpServer::Impl::routes() {
                                "method_not_allowed"});
         break;
       case 413:
-        send_error(r, ApiError{413, "invalid_request_error",
-                               fmt::format("the request body exceeds {} bytes (--max-request-body-bytes)",
-                                           config.max_request_body_bytes),
-                               "", "request_too_large"});
+        send_error(r, body_too_large());
         break;
       default:
         send_error(r, ApiError{r.status, r.status >= 500 ? "server_error" : "invalid_request_error",
@@ -499,6 +550,12 @@ void HttpServer::set_ready(Engine* engine, const tok::Tokenizer* tokenizer) {
 void HttpServer::stop() {
   if (!impl_) return;
   if (impl_->listen_thread.joinable()) {
+    // Open streams first write what they hold (after Engine::shutdown, their error event and
+    // [DONE]): once the server stops, httplib's write loop no longer calls a provider, and a
+    // client reading slowly lost the end of its stream, framing included. Bounded, for a client
+    // that reads nothing at all.
+    const auto drain_end = Clock::now() + kStreamDrain;
+    while (impl_->open_streams.load() > 0 && Clock::now() < drain_end) std::this_thread::sleep_for(kPollInterval);
     impl_->svr.stop();
     impl_->listen_thread.join();
   }
