@@ -378,6 +378,42 @@ TEST_P(MoeForward, HashLayerMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Flash, MoeForward, ::testing::Values(1, 4, 16, 64, 300, 512, 4096),
                          [](const ::testing::TestParamInfo<int>& i) { return "M" + std::to_string(i.param); });
 
+// A hash row may name one expert more than once (the loader accepts it; the router counts each
+// pair). At M = 2 and 3 such an expert has more rows than there are tokens: the router cut it into
+// 4-row tiles while the decode GEMMs stage min(M, 4) A rows, so the rows past those ran off the
+// end of shared memory. Tiles are now at most min(block rows, M) rows.
+TEST(MoeForwardHash, RowsNamingAnExpertTwiceMatchReference) {
+  DSV4_SKIP_WITHOUT_GPU();
+  MoeSetup& s = setup();
+  constexpr int kFirst = 11;
+  const std::vector<int32_t> tokens = {kFirst, kFirst + 1, kFirst + 2};
+  int32_t* row0 = &s.tid2eid_h[size_t(kFirst) * kTopK];
+  const std::vector<int32_t> saved(row0, row0 + 3 * kTopK);
+  auto upload_rows = [&] {
+    ASSERT_EQ(cudaMemcpy(s.tid2eid.as<int32_t>() + size_t(kFirst) * kTopK, row0, 3 * kTopK * sizeof(int32_t),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+  };
+  // Token 11 names one expert three times; token 12 two experts twice each; token 13 also names
+  // token 11's repeated expert, twice.
+  const int a = saved[0], b = saved[1], c = saved[2];
+  const int32_t rows[3][kTopK] = {{a, a, saved[3], a, saved[4], saved[5]},
+                                  {b, c, b, saved[9], c, saved[10]},
+                                  {saved[12], a, saved[13], a, saved[14], saved[15]}};
+  for (int t = 0; t < 3; ++t)
+    for (int k = 0; k < kTopK; ++k) row0[t * kTopK + k] = rows[t][k];
+  upload_rows();
+  for (const int m : {1, 2, 3}) {
+    const std::vector<float> x = random_bf16_values(int64_t(m) * kHidden, 8500 + uint64_t(m), 1.0f);
+    const std::vector<int32_t> tok(tokens.begin(), tokens.begin() + m);
+    const RunResult r = run_moe(s.weights(true), x, tok, m);
+    const auto routes = check_routing(r, x, tok, m, s.gate_h, nullptr, "hash-repeat");
+    check_output(r, x, m, routes, "hash-repeat");
+  }
+  std::copy(saved.begin(), saved.end(), row0);
+  upload_rows();
+}
+
 // The decode GEMMs' expert tiles of at most 8 rows run in fp16, each row scaled into fp16's range
 // by a power of two (w4a16/decode_kernel.cuh): tokens 2^20 above and 2^-20 below fp16's range, a
 // zero one, and one whose values span 2^24 must still match the reference (the down GEMM then sees

@@ -24,11 +24,14 @@ size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 }  // namespace
 
 int moe_max_tiles(int m, int top_k, int n_experts, int block_m) {
-  // Routed: sum over active experts of ceil(n_e / bm) <= (pairs + active (bm - 1)) / bm, with at
-  // most min(pairs, n_experts) experts active; shared: ceil(m / bm).
+  // Routed: sum over active experts of ceil(n_e / c) <= (pairs + active (c - 1)) / c, with at
+  // most min(pairs, n_experts) experts active and tiles of at most c = min(bm, m) rows (the
+  // router's cap; for distinct experts per token n_e <= m, and this is the bound with bm);
+  // shared: ceil(m / bm).
   const int64_t pairs = int64_t(m) * top_k;
   const int64_t active = std::min<int64_t>(pairs, n_experts);
-  return int((pairs + active * (block_m - 1)) / block_m + (m + block_m - 1) / block_m);
+  const int64_t cap = std::max(1, std::min(block_m, m));
+  return int((pairs + active * (cap - 1)) / cap + (m + block_m - 1) / block_m);
 }
 
 int moe_block_rows(int m, int top_k, int n_experts) {
@@ -46,6 +49,9 @@ Result<MoeWorkspace> MoeWorkspace::create(int max_tokens, int hidden, int inter,
   if (max_tokens < 1 || hidden % 256 != 0 || inter % 128 != 0 || n_experts != kRouterExperts || top_k < 1 || top_k > 8)
     return invalid_argument("MoeWorkspace: bad sizes (tokens {}, hidden {}, inter {}, experts {}, top_k {})",
                             max_tokens, hidden, inter, n_experts, top_k);
+  // The router's loops are unrolled for one hidden size: refused here, not at the first forward.
+  if (hidden != kRouterHidden)
+    return invalid_argument("MoeWorkspace: the router takes hidden size {}, found {}", kRouterHidden, hidden);
   MoeWorkspace ws;
   ws.max_tokens_ = max_tokens;
   ws.hidden_ = hidden;

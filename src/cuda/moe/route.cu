@@ -219,7 +219,11 @@ __device__ __forceinline__ float load_sel(const float* p) {
 template <bool kSmem>
 __device__ void group_pairs(const RouteKernelArgs& p, const int* sel_ids, const float* sel_w) {
   __shared__ int s_cnt[kRouterExperts + 1], s_off[kRouterExperts + 1], s_toff[kRouterExperts + 1];
-  const int tid = threadIdx.x, top_k = p.top_k, m = p.m, bm = p.block_m;
+  const int tid = threadIdx.x, top_k = p.top_k, m = p.m;
+  // A tile holds at most min(block rows, m) rows: the GEMMs stage that many A rows (moe_forward's
+  // tile_rows). An expert gets more than m rows only from a hash row that names it twice; its
+  // rows then take more tiles, within moe_max_tiles' bound (which it computes with the same cap).
+  const int bm = min(p.block_m, m);
   const int n_pairs = m * top_k;
   for (int e = tid; e <= kRouterExperts; e += kThreads) s_cnt[e] = 0;
   __syncthreads();
