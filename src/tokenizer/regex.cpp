@@ -8,11 +8,27 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
+#include <cstdint>
+
 namespace dsv4::tok {
 
-RegexScratch::RegexScratch() : match_data_(pcre2_match_data_create(1, nullptr)) {}
+RegexScratch::RegexScratch()
+    : match_data_(pcre2_match_data_create(1, nullptr)), match_context_(pcre2_match_context_create(nullptr)) {}
 
-RegexScratch::~RegexScratch() { pcre2_match_data_free(static_cast<pcre2_match_data*>(match_data_)); }
+RegexScratch::~RegexScratch() {
+  pcre2_match_data_free(static_cast<pcre2_match_data*>(match_data_));
+  pcre2_match_context_free(static_cast<pcre2_match_context*>(match_context_));
+}
+
+namespace {
+// PCRE2's default match limit, 10 million steps a search, runs out on one long whitespace run:
+// the V3/V4 pattern's \s*[\r\n]+ branch takes the whole run and gives it back a character at a
+// time, about a step a byte, so a ~10 MB run of spaces failed to tokenize (HF's Oniguruma fails on
+// it too). The limit grows with the text searched; it still stops a runaway pattern.
+constexpr uint32_t kMinMatchLimit = 10'000'000;
+constexpr uint64_t kMatchStepsPerByte = 8;
+}  // namespace
 
 void Regex::CodeDeleter::operator()(void* code) const {
   pcre2_code_free(static_cast<pcre2_code*>(code));
@@ -51,9 +67,12 @@ int Regex::find(const char* subject, size_t n, size_t start, RegexScratch& scrat
   auto* code = static_cast<pcre2_code*>(code_.get());
   auto* md = static_cast<pcre2_match_data*>(scratch.match_data());
   const auto* s = reinterpret_cast<PCRE2_SPTR>(subject);
+  auto* mc = static_cast<pcre2_match_context*>(scratch.match_context());
+  pcre2_set_match_limit(mc, uint32_t(std::min<uint64_t>(
+                                UINT32_MAX, std::max<uint64_t>(kMinMatchLimit, kMatchStepsPerByte * (n - start)))));
   // The text was validated once when it entered encode(); skip PCRE2's per-call UTF check.
-  const int rc = jit_ ? pcre2_jit_match(code, s, n, start, PCRE2_NO_UTF_CHECK, md, nullptr)
-                      : pcre2_match(code, s, n, start, PCRE2_NO_UTF_CHECK, md, nullptr);
+  const int rc = jit_ ? pcre2_jit_match(code, s, n, start, PCRE2_NO_UTF_CHECK, md, mc)
+                      : pcre2_match(code, s, n, start, PCRE2_NO_UTF_CHECK, md, mc);
   if (rc == PCRE2_ERROR_NOMATCH) return 0;
   if (rc < 0) return rc;
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);

@@ -20,9 +20,11 @@ class RegexScratch {
   RegexScratch(const RegexScratch&) = delete;
   RegexScratch& operator=(const RegexScratch&) = delete;
   void* match_data() const { return match_data_; }
+  void* match_context() const { return match_context_; }
 
  private:
-  void* match_data_;  // pcre2_match_data_8*
+  void* match_data_;     // pcre2_match_data_8*
+  void* match_context_;  // pcre2_match_context_8*: the match limit, set per search (Regex::find)
 };
 
 class Regex {
