@@ -22,7 +22,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -66,6 +68,30 @@ struct BenchArgs {
   uint64_t seed = 1;
   int kernel_trace = 0;  // graph steps traced per batch size (0: no tracing)
 };
+
+constexpr int kMaxBenchBatch = 8192;                   // the step's row limit (GpuModel)
+constexpr int64_t kMaxBenchContext = int64_t(1) << 20;  // Flash's max_position_embeddings
+
+Status check_ladder(const BenchArgs& a) {
+  if (a.batches.empty()) return invalid_argument("--batch needs at least one batch size");
+  for (const int b : a.batches)
+    if (b < 1 || b > kMaxBenchBatch) return invalid_argument("--batch sizes must be in 1..{}, found {}", kMaxBenchBatch, b);
+  if (a.contexts.empty()) return invalid_argument("--context needs at least one length");
+  for (const int64_t c : a.contexts)
+    if (c < 1 || c > kMaxBenchContext)
+      return invalid_argument("--context lengths must be in 1..{}, found {}", kMaxBenchContext, c);
+  if (a.chunk < 1) return invalid_argument("--chunk must be >= 1 token a prefill step, found {}", a.chunk);
+  if (a.decode_steps < 1) return invalid_argument("--decode-steps must be >= 1, found {}", a.decode_steps);
+  if (a.attention_head_groups != 0 && a.attention_head_groups != 1 && a.attention_head_groups != 4)
+    return invalid_argument("--attention-head-groups takes 0 (auto), 1 or 4, found {}", a.attention_head_groups);
+  const std::set<std::string> dense = {"none", "woa", "proj", "woa,proj"};
+  if (dense.count(a.dense_decode) == 0)
+    return invalid_argument("--dense-decode takes none, woa, proj or woa,proj, found '{}'", a.dense_decode);
+  // The result file is opened now, not after minutes of measuring (it is rewritten at the end).
+  if (!a.out.empty() && !std::ofstream(a.out).good())
+    return invalid_argument("--out: cannot write '{}': {}", a.out, std::strerror(errno));
+  return Status::ok();
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -197,6 +223,12 @@ int run_bench(const BenchArgs& a) {
     fmt::print(stderr, "bench: --pdl takes on or off, found '{}'\n", a.pdl);
     return 2;
   }
+  // The ladder's own numbers, before anything is built or loaded: --chunk 0 looped forever over
+  // the prefill, a negative one sized a vector from it, --decode-steps 0 printed infinite rates.
+  if (const Status st = check_ladder(a); !st.is_ok()) {
+    fmt::print(stderr, "bench: {}\n", st.message());
+    return 2;
+  }
   // Before anything is planned, launched or captured (arch.h).
   cuda::set_pdl_enabled(a.pdl == "on");
   cuda::set_weights_evict_first(a.weights_l2 == "first");
@@ -261,8 +293,8 @@ int run_bench(const BenchArgs& a) {
     } else {
       char* end = nullptr;
       const long n = std::strtol(a.layers.c_str(), &end, 10);
-      if (a.layers.empty() || *end != '\0' || n < 1 || n > 1000) {
-        fmt::print(stderr, "bench: --layers takes a count in 1..1000 or 'max', found '{}'\n", a.layers);
+      if (a.layers.empty() || *end != '\0' || n < 1 || n > kFlashLayers) {
+        fmt::print(stderr, "bench: --layers takes a count in 1..{} or 'max', found '{}'\n", kFlashLayers, a.layers);
         return 2;
       }
       o.layers = int(n);
@@ -469,6 +501,11 @@ int run_bench(const BenchArgs& a) {
   if (!a.out.empty()) {
     std::ofstream f(a.out);
     f << out.dump(2) << "\n";
+    f.close();
+    if (!f) {
+      fmt::print(stderr, "bench: cannot write '{}': {}\n", a.out, std::strerror(errno));
+      return 1;
+    }
     fmt::print("bench: wrote {}\n", a.out);
   }
   return 0;

@@ -63,7 +63,6 @@ int run_generate(GenerateArgs a) {
     ids = std::move(r).value();
   }
   a.engine.max_num_seqs = 1;
-  a.engine.max_num_batched_tokens = std::max<int32_t>(a.engine.max_num_batched_tokens, 1);
   auto runner = make_runner(a.engine, **tokenizer);
   if (!runner.is_ok()) return fail(runner.status());
   auto engine = Engine::start(a.engine, std::move(runner).value(), tokenizer->get());

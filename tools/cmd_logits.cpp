@@ -8,7 +8,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <fstream>
 #include <new>
 
 #include "base/npy.h"
@@ -113,6 +116,18 @@ int run_logits(const LogitsArgs& a) {
     fmt::print(stderr, "logits: --numerics must be fp32 or bf16, found '{}'\n", a.numerics);
     return 2;
   }
+  if (a.chunk < 0) {
+    fmt::print(stderr, "logits: --chunk must be >= 1 (or 0: the default), found {}\n", a.chunk);
+    return 2;
+  }
+  // The outputs are written after the whole forward pass: a path that cannot be written is an
+  // answer now, not after it (the files are rewritten at the end).
+  for (const std::string* path : {&a.out, &a.selected}) {
+    if (!path->empty() && !std::ofstream(*path, std::ios::binary).good()) {
+      fmt::print(stderr, "logits: cannot write '{}': {}\n", *path, std::strerror(errno));
+      return 1;
+    }
+  }
   auto cfg = ModelConfig::load(a.model);
   if (!cfg.is_ok()) {
     fmt::print(stderr, "logits: {}\n", cfg.status().to_string());
@@ -208,7 +223,7 @@ void register_logits(CLI::App& app, int& exit_code) {
   cmd->add_option("--out", a->out, "output .npy (fp32 [T, vocab])")->required();
   cmd->add_option("--numerics", a->numerics, "fp32 (matches HF transformers) | bf16 (GPU oracle)")
       ->capture_default_str();
-  cmd->add_option("--chunk", a->chunk, "feed the prompt in chunks of N tokens (default: all at once)");
+  cmd->add_option("--chunk", a->chunk, "feed the prompt in chunks of N tokens (0, the default: all at once; 512 on cuda)");
   cmd->add_option("--device", a->device, "cpu | cuda (needs --numerics bf16)")->capture_default_str();
   cmd->add_option("--wo-a", a->wo_a, "--device cuda: bf16 | fp8 (wo_a in the lossless fp8 form where allowed)")
       ->check(CLI::IsMember({"bf16", "fp8"}))

@@ -10,9 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "base/json_depth.h"
 #include "base/numeric.h"
 #include "model/safetensors.h"
 
@@ -47,6 +49,7 @@ float approx_normal(uint64_t& s) {
 }
 
 constexpr int64_t kChunk = 1 << 20;
+constexpr int kMaxMakeModelLayers = 64;
 
 // Fills n values of std `stddev` (mean `mean`) for tensor `name`.
 std::vector<float> normal(uint64_t seed, const std::string& name, int64_t n, float stddev, float mean = 0.0f) {
@@ -260,7 +263,10 @@ Result<ModelConfig> make_model_config(const MakeModelOptions& o) {
   ModelConfig c;
   c.config_style = "deepseek-hf";
   c.model_type = "deepseek_v4";
-  if (o.layers <= 0) return invalid_argument("--layers must be positive, found {}", o.layers);
+  // DeepSeek-V4-Flash has 43 layers; a flash-shaped layer writes ~3 GB, and 100000 tiny ones
+  // filled the disk for an hour.
+  if (o.layers <= 0 || o.layers > kMaxMakeModelLayers)
+    return invalid_argument("--layers must be in 1..{}, found {}", kMaxMakeModelLayers, o.layers);
   // 0 selects the preset's default; a negative value used to select it silently too.
   if (o.experts < 0) return invalid_argument("--experts must be positive (or 0: the preset's), found {}", o.experts);
   if (o.vocab < 0) return invalid_argument("--vocab must be positive (or 0: the preset's), found {}", o.vocab);
@@ -353,9 +359,31 @@ Result<ModelConfig> make_model_config(const MakeModelOptions& o) {
   return c;
 }
 
+namespace {
+
+// The tokenizer is copied after every shard is written: a path that is not a tokenizer.json must
+// fail before (a copied /etc/passwd made a checkpoint that failed only when served). A HF
+// tokenizer.json is a JSON object whose "model" holds a "vocab".
+Status check_tokenizer_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return not_found("--tokenizer '{}' is not a readable file", path);
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (json_nesting_depth(text) > kMaxJsonDepth)
+    return invalid_argument("--tokenizer '{}' is not a tokenizer.json (nested too deeply)", path);
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("model") || !j["model"].is_object() ||
+      !j["model"].contains("vocab"))
+    return invalid_argument("--tokenizer '{}' is not a tokenizer.json (expected a JSON object with model.vocab)", path);
+  return Status::ok();
+}
+
+}  // namespace
+
 Status make_model(const MakeModelOptions& o, std::string* summary) {
   DSV4_ASSIGN_OR_RETURN(ModelConfig c, make_model_config(o));
   if (o.out_dir.empty()) return invalid_argument("--out is required");
+  if (!o.tokenizer.empty()) DSV4_RETURN_IF_ERROR(check_tokenizer_file(o.tokenizer));
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
   if (ec) return internal_error("cannot create '{}': {}", o.out_dir, ec.message());

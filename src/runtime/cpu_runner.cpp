@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "base/check.h"
 #include "kvcache/kv_layout.h"
@@ -29,7 +30,11 @@ Result<std::unique_ptr<CpuRunner>> CpuRunner::load(const std::string& model_dir,
   } else {
     return invalid_argument("--kv-dtype must be fp8 or bf16, found '{}'", kv_dtype);
   }
-  if (threads < 0) return invalid_argument("--cpu-threads must be >= 0, found {}", threads);
+  // More threads than the machine can create crashed inside the first parallel region (libgomp
+  // cannot start them); far past the cores they only slow every step down.
+  const int max_threads = std::max(256, 4 * int(std::thread::hardware_concurrency()));
+  if (threads < 0 || threads > max_threads)
+    return invalid_argument("--cpu-threads must be in 0..{} (0: OpenMP's default), found {}", max_threads, threads);
 
   std::unique_ptr<CpuRunner> r(new CpuRunner());
   {

@@ -34,6 +34,7 @@ namespace {
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 // How long stop() lets open streams write their last events (see HttpServer::stop).
 constexpr auto kStreamDrain = std::chrono::seconds(10);
+constexpr int kMaxHttpThreads = 4096;  // a thread per open connection
 
 int64_t unix_now() { return int64_t(std::time(nullptr)); }
 
@@ -77,6 +78,21 @@ std::vector<std::pair<std::string, std::string>> ServerConfig::fields() const {
       {"retry_after_seconds", fmt::format("{}", retry_after_seconds)},
       {"log_requests", log_requests ? "on" : "off"},
   };
+}
+
+Status ServerConfig::check() const {
+  if (host.empty()) return invalid_argument("--host must name an address, found ''");
+  if (port < 0 || port > 65535) return invalid_argument("--port must be in 0..65535 (0: any free port), found {}", port);
+  for (const std::string& n : served_model_names)
+    if (n.empty()) return invalid_argument("--served-model-name must not be empty");
+  if (max_request_body_bytes < 1)
+    return invalid_argument("--max-request-body-bytes must be >= 1, found {}", max_request_body_bytes);
+  if (http_threads < 1 || http_threads > kMaxHttpThreads)
+    return invalid_argument("--http-threads must be in 1..{}, found {}", kMaxHttpThreads, http_threads);
+  if (!(sse_keepalive_seconds > 0.0 && sse_keepalive_seconds <= 3600.0))
+    return invalid_argument("--sse-keepalive-seconds must be in (0, 3600], found {}", sse_keepalive_seconds);
+  if (retry_after_seconds < 0) return invalid_argument("retry_after_seconds must be >= 0, found {}", retry_after_seconds);
+  return Status::ok();
 }
 
 struct HttpServer::Impl {
@@ -513,6 +529,7 @@ HttpServer::~HttpServer() { stop(); }
 
 Status HttpServer::start() {
   Impl& m = *impl_;
+  DSV4_RETURN_IF_ERROR(m.config.check());
   const int threads = std::max(4, m.config.http_threads);
   m.svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   m.svr.set_payload_max_length(size_t(m.config.max_request_body_bytes));
@@ -537,6 +554,15 @@ Status HttpServer::start() {
     m.bound_port = m.config.port;
   }
   m.listen_thread = std::thread([&m] { m.svr.listen_after_bind(); });
+  // stop() is a no-op until the listener runs: a caller that failed right after start() (a bad
+  // tokenizer path) joined a thread that then accepted forever, with SIGTERM already blocked.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (!m.svr.is_running() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!m.svr.is_running()) {
+    m.svr.stop();
+    m.listen_thread.join();
+    return internal_error("the HTTP listener on {}:{} did not start", m.config.host, m.bound_port);
+  }
   return Status::ok();
 }
 

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/status.h"
+
 namespace dsv4::server {
 
 struct ServerConfig {
@@ -23,6 +25,10 @@ struct ServerConfig {
 
   // Every setting as (name, value), in the CLI's spelling; the manifest marks non-defaults.
   std::vector<std::pair<std::string, std::string>> fields() const;
+  // Each setting in its range, in the CLI's spelling (HttpServer::start refuses the rest): a port
+  // past 65535 bound another one modulo 2^16, a million HTTP threads aborted the process, and a
+  // negative body limit meant none.
+  Status check() const;
 };
 
 }  // namespace dsv4::server

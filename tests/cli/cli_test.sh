@@ -100,11 +100,50 @@ grep -q "^INVALID" "$work/inspect2.log"
 # bench (CUDA builds): a malformed --layers is refused before anything touches a GPU.
 if "$bin" bench --help > /dev/null 2>&1; then
   if "$bin" bench --synthetic flash --layers 2x 2> "$work/err"; then exit 1; fi
-  grep -q "takes a count in 1..1000 or 'max', found '2x'" "$work/err"
+  grep -q "takes a count in 1..43 or 'max', found '2x'" "$work/err"
+  # The ladder's numbers and the result path, checked before anything is built (--chunk 0 looped
+  # forever; an unwritable --out was reported as written).
+  if "$bin" bench --synthetic flash --chunk 0 2> "$work/err"; then exit 1; fi
+  grep -q "chunk must be >= 1" "$work/err"
+  if "$bin" bench --synthetic flash --batch 0,4 2> "$work/err"; then exit 1; fi
+  grep -q "batch sizes must be in 1..8192, found 0" "$work/err"
+  if "$bin" bench --synthetic flash --out "$work/no/such/dir/x.json" 2> "$work/err"; then exit 1; fi
+  grep -q "cannot write" "$work/err"
   if "$bin" bench --synthetic flash --wo-a fp4 2> "$work/err"; then exit 1; fi
   grep -q "fp4 not in {bf16,fp8}" "$work/err"
 fi
 # make-model --wo-a-from-fp8 writes wo_a as BF16 (the W4A16 export's dtype) that inspect accepts.
 "$bin" make-model --preset tiny --layers 1 --wo-a-from-fp8 --seed 3 --out "$work/woa8" > /dev/null
 "$bin" inspect --model "$work/woa8" | grep -q "^VALID"
+# Bad settings are refused before any work: a tokenizer that is not one (it was copied in after
+# every shard), absurd layer counts (100000 tiny layers filled the disk), negative chunks, an
+# output path that cannot be written (found only after the forward pass), thread counts libgomp
+# cannot start (a crash), a port past 65535 (bound modulo 2^16).
+if "$bin" make-model --preset tiny --layers 1 --seed 1 --tokenizer /etc/hostname --out "$work/badtok" 2> "$work/err"; then exit 1; fi
+grep -q "is not a tokenizer.json" "$work/err"
+test ! -e "$work/badtok"
+if "$bin" make-model --preset tiny --layers 100000 --seed 1 --out "$work/many" 2> "$work/err"; then exit 1; fi
+grep -q "layers must be in 1..64, found 100000" "$work/err"
+if "$bin" logits --model "$work/m" --token-ids 1,2 --chunk -1 --out "$work/x.npy" 2> "$work/err"; then exit 1; fi
+grep -q "chunk must be >= 1" "$work/err"
+if "$bin" logits --model "$work/m" --token-ids 1,2 --out "$work/no/such/dir/x.npy" 2> "$work/err"; then exit 1; fi
+grep -q "cannot write" "$work/err"
+tok="$(dirname "$0")/../../third_party/tokenizer/tokenizer.json"
+if [[ -f "$tok" ]]; then
+  if "$bin" generate --model "$work/m" --tokenizer "$tok" --token-ids 1,2 --cpu-threads 100000 2> "$work/err"; then exit 1; fi
+  grep -q "cpu-threads must be in 0.." "$work/err"
+  if "$bin" generate --model "$work/m" --tokenizer "$tok" --token-ids 1,2 --max-num-batched-tokens 0 2> "$work/err"; then
+    exit 1
+  fi
+  grep -q "max-num-batched-tokens (0) must be >=" "$work/err"
+fi
+if timeout 20 "$bin" serve --demo --port 70000 2> "$work/err"; then exit 1; fi
+grep -q "port must be in 0..65535" "$work/err"
+# An error right after the listener starts used to leave the process accepting forever (the
+# listener was not yet running when it was stopped); each of these must end at once.
+for i in 1 2 3; do
+  rc=0
+  timeout 20 "$bin" serve --model "$work/no-such-model" --port 0 2> "$work/err" || rc=$?
+  test "$rc" -eq 1
+done
 echo "cli_test: ok"
