@@ -71,6 +71,20 @@ class HttpTest : public ::testing::Test {
     c.set_read_timeout(20, 0);
     return c;
   }
+  // A plain TCP connection to the server, for requests httplib's client will not send (-1: failed).
+  static int connect_raw() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(uint16_t(server_->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
   static httplib::Result post(const std::string& path, const std::string& body) {
     return client().Post(path.c_str(), body, "application/json");
   }
@@ -210,13 +224,8 @@ TEST_F(HttpTest, WrongMethodAndUnreadableRequestSayWhatIsWrong) {
   expect_error(client().Get("/v1/nothing"), 404, "not_found_error");
 
   // A chunk size that is not hex: httplib answers 400 itself.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = connect_raw();
   ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(server_->port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   const std::string raw =
       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
       "zz\r\nabc\r\n0\r\n\r\n";
@@ -233,13 +242,8 @@ TEST_F(HttpTest, WrongMethodAndUnreadableRequestSayWhatIsWrong) {
 // memory (40 MB answered 200). The server's own receiver keeps at most the limit, drains the rest
 // and answers 413, and the connection stays usable; a chunked body within the limit is served.
 TEST_F(HttpTest, ChunkedBodiesHaveTheSameLimit) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = connect_raw();
   ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(server_->port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   auto send_all = [&](const std::string& x) { ASSERT_EQ(send(fd, x.data(), x.size(), 0), ssize_t(x.size())); };
   auto chunked = [](const std::string& path, const std::string& body, bool close) {
     std::string req = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
