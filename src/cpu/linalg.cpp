@@ -24,8 +24,11 @@ typedef float F8 __attribute__((vector_size(32)));  // 8 lanes = dot()'s 8 parti
 
 #define DSV4_LOAD8(p) ({ F8 v_; __builtin_memcpy(&v_, (p), sizeof(F8)); v_; })
 
-// dot()'s final tree over the 8 partial sums, then the tail.
-inline float finish8(const F8 a, float tail) {
+// dot()'s final tree over the 8 partial sums, then the tail. By reference: its callers are AVX2
+// clones and it is compiled for the baseline, where a 32-byte vector passed by value goes on the
+// stack, not in a ymm register; wherever it was not inlined (-O0, sanitizer or coverage builds)
+// it read stack garbage (linalg_unoptimized_test).
+inline float finish8(const F8& a, float tail) {
   return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
 }
 
