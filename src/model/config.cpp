@@ -6,18 +6,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <iterator>
 #include <optional>
 #include <string>
 
-#include "base/json_depth.h"
+#include "model/json_file.h"
 
 namespace dsv4 {
 
@@ -47,10 +42,7 @@ namespace {
 constexpr int kMaxCompressRatio = 1024;
 // Nesting config.json may use (quantization_config.extra_config.<layer>.bits is 3 deep).
 constexpr size_t kMaxConfigDepth = 32;
-constexpr uintmax_t kMaxConfigBytes = uintmax_t(64) << 20;
-
-// A JSON value for an error message: scalars as written, containers by their type only.
-std::string short_json(const json& v) { return v.is_structured() ? std::string(v.type_name()) : v.dump(); }
+constexpr uintmax_t kMaxConfigBytes = uintmax_t(64) << 20;  // a config.json has a few KB
 
 // Converts a JSON number to the integer type T. Whole-valued floats (4096.0) are accepted; a value
 // outside T's range is an error, never a silently wrapped one (2^32 + 128 must not read as 128).
@@ -375,23 +367,7 @@ Result<ModelConfig> ModelConfig::from_json(const json& j, const std::string& ori
 
 Result<ModelConfig> ModelConfig::load(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  // A regular file only: a directory throws out of the parser (EISDIR), and a FIFO would block the
-  // read forever.
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (ec) return not_found("cannot open '{}': {}", path, ec.message());
-  if (std::filesystem::is_directory(status)) return invalid_argument("'{}' is a directory, expected a JSON file", path);
-  if (!std::filesystem::is_regular_file(status))
-    return invalid_argument("'{}' is not a regular file, expected a JSON file", path);
-  const uintmax_t bytes = std::filesystem::file_size(path, ec);
-  if (ec || bytes > kMaxConfigBytes)
-    return invalid_argument("'{}' has {} bytes; a config.json has a few KB (at most {})", path, bytes, kMaxConfigBytes);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot open '{}': {}", path, std::strerror(errno));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Messages print parts of the file, and printing recurses once a level (json_depth.h).
-  if (const size_t depth = json_nesting_depth(text); depth > kMaxConfigDepth)
-    return invalid_argument("'{}' nests {} levels deep (at most {})", path, depth, kMaxConfigDepth);
+  DSV4_ASSIGN_OR_RETURN(const std::string text, read_json_text(path, kMaxConfigBytes, kMaxConfigDepth));
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return invalid_argument("'{}' is not valid JSON", path);
   DSV4_ASSIGN_OR_RETURN(ModelConfig c, from_json(j, path));

@@ -10,12 +10,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "base/json_depth.h"
 #include "base/numeric.h"
+#include "model/json_file.h"
 #include "model/safetensors.h"
 
 namespace dsv4 {
@@ -50,6 +50,7 @@ float approx_normal(uint64_t& s) {
 
 constexpr int64_t kChunk = 1 << 20;
 constexpr int kMaxMakeModelLayers = 64;
+constexpr uintmax_t kMaxTokenizerBytes = uintmax_t(256) << 20;  // DeepSeek-V4's is 7.8 MB
 
 // Fills n values of std `stddev` (mean `mean`) for tensor `name`.
 std::vector<float> normal(uint64_t seed, const std::string& name, int64_t n, float stddev, float mean = 0.0f) {
@@ -365,13 +366,9 @@ namespace {
 // fail before (a copied /etc/passwd made a checkpoint that failed only when served). A HF
 // tokenizer.json is a JSON object whose "model" holds a "vocab".
 Status check_tokenizer_file(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return not_found("--tokenizer '{}' is not a readable file", path);
-  std::ifstream in(path, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (json_nesting_depth(text) > kMaxJsonDepth)
-    return invalid_argument("--tokenizer '{}' is not a tokenizer.json (nested too deeply)", path);
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto text = read_json_text(path, kMaxTokenizerBytes, kMaxJsonDepth);
+  if (!text.is_ok()) return text.status().with_context("--tokenizer");
+  const json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("model") || !j["model"].is_object() ||
       !j["model"].contains("vocab"))
     return invalid_argument("--tokenizer '{}' is not a tokenizer.json (expected a JSON object with model.vocab)", path);

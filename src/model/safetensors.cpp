@@ -12,13 +12,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
 
 #include "base/check.h"
 #include "base/json_depth.h"
+#include "model/json_file.h"
 #include "base/numeric.h"
 
 namespace dsv4 {
@@ -48,9 +48,6 @@ constexpr size_t kMaxHeaderDepth = 3;
 // The sharded index is {"metadata": {...}, "weight_map": {name: file}}; a few levels of slack.
 constexpr size_t kMaxIndexDepth = 8;
 constexpr uintmax_t kMaxIndexBytes = uintmax_t(256) << 20;
-
-// A JSON value for an error message: scalars as written, containers by their type only.
-std::string short_json(const json& v) { return v.is_structured() ? std::string(v.type_name()) : v.dump(); }
 }  // namespace
 
 const char* dtype_name(DType t) {
@@ -329,19 +326,7 @@ Result<std::unique_ptr<TensorStore>> TensorStore::open(const std::string& path) 
   const fs::path dir(path);
   const fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index, ec)) {
-    // A regular file only: a directory throws out of the parser (EISDIR), a FIFO blocks the read.
-    const fs::file_status index_status = fs::status(index, ec);
-    if (fs::is_directory(index_status))
-      return invalid_argument("'{}' is a directory, expected a JSON file", index.string());
-    if (!fs::is_regular_file(index_status))
-      return invalid_argument("'{}' is not a regular file, expected a JSON file", index.string());
-    const uintmax_t bytes = fs::file_size(index, ec);
-    if (ec || bytes > kMaxIndexBytes)
-      return invalid_argument("'{}' has {} bytes (at most {})", index.string(), bytes, kMaxIndexBytes);
-    std::ifstream in(index, std::ios::binary);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (const size_t depth = json_nesting_depth(text); depth > kMaxIndexDepth)
-      return invalid_argument("'{}' nests {} levels deep (at most {})", index.string(), depth, kMaxIndexDepth);
+    DSV4_ASSIGN_OR_RETURN(const std::string text, read_json_text(index.string(), kMaxIndexBytes, kMaxIndexDepth));
     json j = json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       return invalid_argument("'{}': expected a JSON object with a 'weight_map' object", index.string());
