@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,6 +101,12 @@ class RequestStream {
   // Waits up to `timeout` for events and moves all pending ones into *out (appending). Returns
   // false when none arrived in time. After the final event it returns false at once.
   bool wait(std::vector<TokenEvent>* out, std::chrono::milliseconds timeout);
+  // The same for several streams read by one thread (the n choices of one API request): waits
+  // up to `timeout` until any of them has events, then moves each stream's pending events into
+  // (*out)[i] (out is resized to streams.size(); events are appended). Returns false when none
+  // arrived in time, and at once when every stream has given its final event.
+  static bool wait_any(std::span<RequestStream> streams, std::vector<std::vector<TokenEvent>>* out,
+                       std::chrono::milliseconds timeout);
   // Asks the engine to stop this request; it does so before its next step (prefill chunks
   // included) and frees its KV blocks. Idempotent; the final event then has finish kAbort.
   void abort();

@@ -6,12 +6,66 @@ namespace dsv4 {
 using engine_detail::StreamState;
 
 void engine_detail::StreamState::push(TokenEvent ev) {
+  std::shared_ptr<engine_detail::Wakeup> r;
   {
     std::lock_guard<std::mutex> lk(mu);
     if (ev.finish != FinishReason::kNone) final_pushed = true;
     events.push_back(std::move(ev));
+    r = reader;
   }
   cv.notify_all();
+  if (r) r->notify();
+}
+
+namespace {
+
+// Moves the pending events of s into *out without waiting; true if there were any.
+bool take_pending(StreamState& s, std::vector<TokenEvent>* out) {
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.final_taken || s.events.empty()) return false;
+  while (!s.events.empty()) {
+    if (s.events.front().finish != FinishReason::kNone) s.final_taken = true;
+    out->push_back(std::move(s.events.front()));
+    s.events.pop_front();
+  }
+  return true;
+}
+
+}  // namespace
+
+bool RequestStream::wait_any(std::span<RequestStream> streams, std::vector<std::vector<TokenEvent>>* out,
+                             std::chrono::milliseconds timeout) {
+  out->resize(streams.size());
+  // One wake-up shared by the group, attached on the first call. Events pushed before it was
+  // attached are found by the first pass below, so none is missed.
+  std::shared_ptr<engine_detail::Wakeup> w;
+  for (RequestStream& r : streams) {
+    if (!r.s_) continue;
+    std::lock_guard<std::mutex> lk(r.s_->mu);
+    if (r.s_->reader) w = r.s_->reader;
+  }
+  if (!w) w = std::make_shared<engine_detail::Wakeup>();
+  for (RequestStream& r : streams) {
+    if (!r.s_) continue;
+    std::lock_guard<std::mutex> lk(r.s_->mu);
+    r.s_->reader = w;
+  }
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    bool any = false, open = false;
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (!streams[i].s_) continue;
+      any = take_pending(*streams[i].s_, &(*out)[i]) || any;
+      open = open || !streams[i].done();
+    }
+    if (any) return true;
+    if (!open) return false;
+    // A push after the pass above sets pending, so this wait cannot miss it; a stale pending
+    // (from events the pass already took) costs one more pass.
+    std::unique_lock<std::mutex> lk(w->mu);
+    if (!w->cv.wait_until(lk, deadline, [&] { return w->pending; })) return false;
+    w->pending = false;
+  }
 }
 
 RequestStream& RequestStream::operator=(RequestStream&& o) noexcept {

@@ -40,6 +40,9 @@ struct StreamState {
   bool final_pushed = false;         // guarded by mu
   bool final_taken = false;          // guarded by mu
   Clock::time_point abort_time;      // guarded by mu; when abort() was first called
+  // Guarded by mu: set by RequestStream::wait_any, which reads several streams on one thread;
+  // push() then wakes it as well as cv's waiters.
+  std::shared_ptr<Wakeup> reader;
 
   // Engine side: appends an event and wakes the reader.
   void push(TokenEvent ev);

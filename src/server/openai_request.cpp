@@ -27,12 +27,15 @@ ApiError parse_common(const Json& j, const RequestContext& ctx, bool chat, Commo
     FieldReader fo(*so, &err, "stream_options.");
     fo.boolean("include_usage", &c->include_usage);
   }
-  int64_t n = 1;
-  f.integer("n", &n, 1, 128);
-  if (err.ok() && n != 1) return bad_request(fmt::format("n = {} is not supported yet (only n = 1)", n), "n");
+  f.integer("n", &c->n, 1, kMaxChoices);
   int64_t best_of = 1;
-  if (!chat) f.integer("best_of", &best_of, 1, 128);
-  if (err.ok() && best_of != 1) return bad_request("best_of > 1 is not supported", "best_of");
+  if (!chat && err.ok() && f.has("best_of") && f.integer("best_of", &best_of, 1, kMaxChoices)) {
+    // best_of = n returns every candidate, which is what n alone does.
+    if (best_of < c->n) return bad_request(fmt::format("best_of ({}) must be >= n ({})", best_of, c->n), "best_of");
+    if (best_of > c->n)
+      return bad_request(fmt::format("best_of > n is not supported (found best_of {}, n {})", best_of, c->n),
+                         "best_of");
+  }
 
   // max_completion_tokens supersedes the deprecated max_tokens.
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {

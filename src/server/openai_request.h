@@ -17,8 +17,13 @@
 
 namespace dsv4::server {
 
+// Choices per request ("n"): each is an engine request of its own, so a large n costs as much as
+// that many requests (and is refused with a 503 when the waiting queue cannot take them all).
+inline constexpr int64_t kMaxChoices = 128;
+
 struct CommonRequest {
   std::string model;           // as sent ("" when absent)
+  int64_t n = 1;               // choices, 1..kMaxChoices
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool max_tokens_set = false;

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
 
 #include "server/api_error.h"
@@ -62,7 +63,16 @@ Json error_event_json(const Status& st) {
   return e.to_json();
 }
 
-// What both responders track: usage and the final state.
+Json response_head(const ResponseMeta& meta, const char* object) {
+  Json j;
+  j["id"] = meta.id;
+  j["object"] = object;
+  j["created"] = meta.created;
+  j["model"] = meta.model;
+  return j;
+}
+
+// What every choice tracks: usage and the final state.
 struct Tally {
   bool finished = false;
   FinishReason finish = FinishReason::kNone;
@@ -96,10 +106,28 @@ struct Tally {
   }
 };
 
-class ChatResponder final : public Responder {
+// One choice of a response: consumes its request's events; streaming, appends its chunks (the
+// last one with finish_reason) but not what ends the stream (GroupResponder writes the error
+// event, the usage chunk and [DONE] once for all choices).
+class Choice {
  public:
-  ChatResponder(const ResponseMeta& meta, tok::ThinkingMode mode, const tok::Tokenizer& t)
-      : meta_(meta), tokenizer_(t), parser_(mode) {}
+  virtual ~Choice() = default;
+  virtual void consume(std::vector<TokenEvent>& events, std::string* sse) = 0;
+  bool finished() const { return tally_.finished; }
+  const Status& error() const { return tally_.error; }
+  // Non-streaming: the choice object, once finished without error.
+  virtual Json final_choice() = 0;
+  const Tally& tally() const { return tally_; }
+  virtual int32_t n_reasoning() const { return 0; }
+
+ protected:
+  Tally tally_;
+};
+
+class ChatChoice final : public Choice {
+ public:
+  ChatChoice(const ResponseMeta& meta, int index, tok::ThinkingMode mode, const tok::Tokenizer& t)
+      : meta_(meta), index_(index), tokenizer_(t), parser_(mode) {}
 
   void consume(std::vector<TokenEvent>& events, std::string* sse) override {
     for (TokenEvent& ev : events) {
@@ -123,45 +151,35 @@ class ChatResponder final : public Responder {
       }
       pending_lp_.insert(pending_lp_.end(), ev.logprobs.begin(), ev.logprobs.end());
       emit(d, sse);
-      if (tally_.finished && meta_.stream) finish_stream(sse);
+      if (tally_.finished && meta_.stream && tally_.error.is_ok()) {
+        Json last = chunk(Json::object(), finish_reason());
+        last["choices"][0]["stop_reason"] = tally_.stop_reason_json();
+        sse->append(sse_data(last));
+      }
     }
   }
 
-  bool finished() const override { return tally_.finished; }
-  const Status& error() const override { return tally_.error; }
+  int32_t n_reasoning() const override { return n_reasoning_; }
 
-  std::string final_body() override {
-    if (!tally_.error.is_ok()) return dump_json(error_event_json(tally_.error));
+  Json final_choice() override {
     Json msg;
     msg["role"] = "assistant";
     msg["content"] = content_.empty() && !tool_calls_.empty() ? Json() : Json(content_);
     if (!reasoning_.empty()) msg["reasoning_content"] = reasoning_;
     if (!tool_calls_.empty()) msg["tool_calls"] = tool_calls_;
     Json choice;
-    choice["index"] = 0;
+    choice["index"] = index_;
     choice["message"] = std::move(msg);
     choice["logprobs"] = meta_.logprobs ? Json{{"content", all_lp_}} : Json();
     choice["finish_reason"] = finish_reason();
     choice["stop_reason"] = tally_.stop_reason_json();
-    Json j = head("chat.completion");
-    j["choices"] = Json::array({std::move(choice)});
-    j["usage"] = usage_json(tally_.n_prompt, tally_.n_cached, tally_.n_output, n_reasoning_, true);
-    return dump_json(j);
+    return choice;
   }
 
  private:
-  Json head(const char* object) const {
-    Json j;
-    j["id"] = meta_.id;
-    j["object"] = object;
-    j["created"] = meta_.created;
-    j["model"] = meta_.model;
-    return j;
-  }
-
   Json chunk(Json delta, Json finish) {
     Json choice;
-    choice["index"] = 0;
+    choice["index"] = index_;
     choice["delta"] = std::move(delta);
     Json lp;
     if (meta_.logprobs && !pending_lp_.empty()) {
@@ -172,7 +190,7 @@ class ChatResponder final : public Responder {
     }
     choice["logprobs"] = std::move(lp);
     choice["finish_reason"] = std::move(finish);
-    Json j = head("chat.completion.chunk");
+    Json j = response_head(meta_, "chat.completion.chunk");
     j["choices"] = Json::array({std::move(choice)});
     if (meta_.include_usage) j["usage"] = Json();
     return j;
@@ -226,29 +244,10 @@ class ChatResponder final : public Responder {
     return j;
   }
 
-  void finish_stream(std::string* sse) {
-    if (!tally_.error.is_ok()) {
-      // Streaming already answered 200; the error travels as an event (vLLM does the same).
-      sse->append(sse_data(error_event_json(tally_.error)));
-      sse->append(kSseDone);
-      return;
-    }
-    Json last = chunk(Json::object(), finish_reason());
-    last["choices"][0]["stop_reason"] = tally_.stop_reason_json();
-    sse->append(sse_data(last));
-    if (meta_.include_usage) {
-      Json u = head("chat.completion.chunk");
-      u["choices"] = Json::array();
-      u["usage"] = usage_json(tally_.n_prompt, tally_.n_cached, tally_.n_output, n_reasoning_, true);
-      sse->append(sse_data(u));
-    }
-    sse->append(kSseDone);
-  }
-
-  ResponseMeta meta_;
+  const ResponseMeta& meta_;
+  int index_;
   const tok::Tokenizer& tokenizer_;
   ChoiceParser parser_;
-  Tally tally_;
   bool sent_role_ = false;
   int32_t n_reasoning_ = 0;
   std::vector<TokenLogprob> pending_lp_;
@@ -258,9 +257,10 @@ class ChatResponder final : public Responder {
   Json all_lp_ = Json::array();
 };
 
-class CompletionResponder final : public Responder {
+class CompletionChoice final : public Choice {
  public:
-  CompletionResponder(const ResponseMeta& meta, const tok::Tokenizer& t) : meta_(meta), tokenizer_(t) {}
+  CompletionChoice(const ResponseMeta& meta, int index, const tok::Tokenizer& t)
+      : meta_(meta), index_(index), tokenizer_(t) {}
 
   void consume(std::vector<TokenEvent>& events, std::string* sse) override {
     for (TokenEvent& ev : events) {
@@ -269,60 +269,32 @@ class CompletionResponder final : public Responder {
       text_ += ev.text;
       if (!meta_.stream) continue;
       if (!ev.text.empty() || !ev.logprobs.empty()) sse->append(sse_data(chunk(ev.text, std::move(lp), Json())));
-      if (tally_.finished) {
-        if (!tally_.error.is_ok()) {
-          sse->append(sse_data(error_event_json(tally_.error)));
-          sse->append(kSseDone);
-          continue;
-        }
+      if (tally_.finished && tally_.error.is_ok()) {
         Json last = chunk("", Json(), finish_reason());
         last["choices"][0]["stop_reason"] = tally_.stop_reason_json();
         sse->append(sse_data(last));
-        if (meta_.include_usage) {
-          Json u = head();
-          u["choices"] = Json::array();
-          u["usage"] = usage_json(tally_.n_prompt, tally_.n_cached, tally_.n_output, 0, false);
-          sse->append(sse_data(u));
-        }
-        sse->append(kSseDone);
       }
     }
   }
 
-  bool finished() const override { return tally_.finished; }
-  const Status& error() const override { return tally_.error; }
-
-  std::string final_body() override {
-    if (!tally_.error.is_ok()) return dump_json(error_event_json(tally_.error));
+  Json final_choice() override {
     Json choice;
-    choice["index"] = 0;
+    choice["index"] = index_;
     choice["text"] = text_;
     choice["logprobs"] = meta_.logprobs ? all_lp_ : Json();
     choice["finish_reason"] = finish_reason();
     choice["stop_reason"] = tally_.stop_reason_json();
-    Json j = head();
-    j["choices"] = Json::array({std::move(choice)});
-    j["usage"] = usage_json(tally_.n_prompt, tally_.n_cached, tally_.n_output, 0, false);
-    return dump_json(j);
+    return choice;
   }
 
  private:
-  Json head() const {
-    Json j;
-    j["id"] = meta_.id;
-    j["object"] = "text_completion";
-    j["created"] = meta_.created;
-    j["model"] = meta_.model;
-    return j;
-  }
-
   Json chunk(const std::string& text, Json logprobs, Json finish) const {
     Json choice;
-    choice["index"] = 0;
+    choice["index"] = index_;
     choice["text"] = text;
     choice["logprobs"] = std::move(logprobs);
     choice["finish_reason"] = std::move(finish);
-    Json j = head();
+    Json j = response_head(meta_, "text_completion");
     j["choices"] = Json::array({std::move(choice)});
     if (meta_.include_usage) j["usage"] = Json();
     return j;
@@ -366,12 +338,79 @@ class CompletionResponder final : public Responder {
     return j;
   }
 
-  ResponseMeta meta_;
+  const ResponseMeta& meta_;
+  int index_;
   const tok::Tokenizer& tokenizer_;
-  Tally tally_;
   std::string text_;
   Json all_lp_;
   int64_t text_offset_ = 0;
+};
+
+// The response of one request with meta.n choices, each fed by its own engine request. Streams
+// interleave the choices' chunks as their events come and end once: at the first error (the
+// error event and [DONE]; the server then aborts the other choices) or when every choice has
+// finished (the usage chunk if asked for, and [DONE]). Usage counts the prompt once and the
+// completion tokens of all choices, as OpenAI and vLLM do.
+class GroupResponder final : public Responder {
+ public:
+  GroupResponder(const ResponseMeta& meta, bool chat) : meta_(meta), chat_(chat) {}
+
+  void add(std::unique_ptr<Choice> c) { choices_.push_back(std::move(c)); }
+
+  void consume(size_t choice, std::vector<TokenEvent>& events, std::string* sse) override {
+    if (done_ || choice >= choices_.size()) return;
+    Choice& c = *choices_[choice];
+    c.consume(events, sse);
+    if (!c.finished()) return;
+    if (!c.error().is_ok()) {
+      error_ = c.error();
+      done_ = true;
+      // Streaming already answered 200; the error travels as an event (vLLM does the same).
+      if (meta_.stream) sse->append(sse_data(error_event_json(error_)) + kSseDone);
+      return;
+    }
+    for (const auto& other : choices_)
+      if (!other->finished()) return;
+    done_ = true;
+    if (!meta_.stream) return;
+    if (meta_.include_usage) {
+      Json u = response_head(meta_, chat_ ? "chat.completion.chunk" : "text_completion");
+      u["choices"] = Json::array();
+      u["usage"] = usage();
+      sse->append(sse_data(u));
+    }
+    sse->append(kSseDone);
+  }
+
+  bool finished() const override { return done_; }
+  const Status& error() const override { return error_; }
+  const ResponseMeta& meta() const { return meta_; }
+
+  std::string final_body() override {
+    if (!error_.is_ok()) return dump_json(error_event_json(error_));
+    Json j = response_head(meta_, chat_ ? "chat.completion" : "text_completion");
+    j["choices"] = Json::array();
+    for (const auto& c : choices_) j["choices"].push_back(c->final_choice());
+    j["usage"] = usage();
+    return dump_json(j);
+  }
+
+ private:
+  Json usage() const {
+    const Tally& first = choices_.front()->tally();
+    int32_t n_output = 0, n_reasoning = 0;
+    for (const auto& c : choices_) {
+      n_output += c->tally().n_output;
+      n_reasoning += c->n_reasoning();
+    }
+    return usage_json(first.n_prompt, first.n_cached, n_output, n_reasoning, chat_);
+  }
+
+  ResponseMeta meta_;  // the choices hold references to it
+  bool chat_;
+  std::vector<std::unique_ptr<Choice>> choices_;
+  bool done_ = false;
+  Status error_;
 };
 
 }  // namespace
@@ -380,11 +419,15 @@ std::string sse_data(const Json& j) { return "data: " + dump_json(j) + "\n\n"; }
 
 std::unique_ptr<Responder> make_chat_responder(const ResponseMeta& meta, tok::ThinkingMode mode,
                                                const tok::Tokenizer& tokenizer) {
-  return std::make_unique<ChatResponder>(meta, mode, tokenizer);
+  auto g = std::make_unique<GroupResponder>(meta, /*chat=*/true);
+  for (int i = 0; i < std::max(meta.n, 1); ++i) g->add(std::make_unique<ChatChoice>(g->meta(), i, mode, tokenizer));
+  return g;
 }
 
 std::unique_ptr<Responder> make_completion_responder(const ResponseMeta& meta, const tok::Tokenizer& tokenizer) {
-  return std::make_unique<CompletionResponder>(meta, tokenizer);
+  auto g = std::make_unique<GroupResponder>(meta, /*chat=*/false);
+  for (int i = 0; i < std::max(meta.n, 1); ++i) g->add(std::make_unique<CompletionChoice>(g->meta(), i, tokenizer));
+  return g;
 }
 
 std::string random_id(const char* prefix) {

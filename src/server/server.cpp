@@ -198,8 +198,10 @@ struct HttpServer::Impl {
 
   void routes();
   void handle_generate(const httplib::Request& req, const std::string& body, httplib::Response& res, bool chat);
-  void respond_stream(httplib::Response& res, RequestStream stream, std::unique_ptr<Responder> responder);
-  void respond_whole(httplib::Response& res, RequestStream stream, Responder& responder, int client_socket);
+  void respond_stream(httplib::Response& res, std::vector<RequestStream> streams,
+                      std::unique_ptr<Responder> responder);
+  void respond_whole(httplib::Response& res, std::vector<RequestStream>& streams, Responder& responder,
+                     int client_socket);
   void count_disconnect() {
     std::lock_guard<std::mutex> lk(counters_mu);
     ++counters.client_disconnects;
@@ -253,60 +255,78 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, const std::s
   meta.include_usage = common->include_usage;
   meta.logprobs = common->sampling.logprobs >= 0;
 
-  GenerationRequest g;
-  g.id = meta.id;
-  g.prompt = std::move(common->prompt);
-  g.sampling = common->sampling;
-  g.stop = std::move(common->stop);
-  g.arrival = arrival;
-  auto submitted = eng.submit(std::move(g));
-  if (!submitted.is_ok()) return send_error(res, from_status(submitted.status(), chat ? "messages" : "prompt"));
+  meta.n = int(common->n);
+
+  // One engine request per choice. With a seed, choice i samples with seed + i (as vLLM does),
+  // so that the choices differ and each one is reproducible.
+  std::vector<RequestStream> streams;
+  streams.reserve(size_t(meta.n));
+  for (int i = 0; i < meta.n; ++i) {
+    GenerationRequest g;
+    g.id = meta.n == 1 ? meta.id : fmt::format("{}-{}", meta.id, i);
+    g.prompt = i + 1 == meta.n ? std::move(common->prompt) : common->prompt;
+    g.sampling = common->sampling;
+    if (g.sampling.has_seed) g.sampling.seed += uint64_t(i);
+    g.stop = i + 1 == meta.n ? std::move(common->stop) : common->stop;
+    g.arrival = arrival;
+    auto submitted = eng.submit(std::move(g));
+    // The choices already submitted are aborted as `streams` goes out of scope.
+    if (!submitted.is_ok()) return send_error(res, from_status(submitted.status(), chat ? "messages" : "prompt"));
+    streams.push_back(std::move(submitted).value());
+  }
 
   std::unique_ptr<Responder> responder =
       chat ? make_chat_responder(meta, chat_req.thinking, tok) : make_completion_responder(meta, tok);
   if (meta.stream) {
-    respond_stream(res, std::move(submitted).value(), std::move(responder));
+    respond_stream(res, std::move(streams), std::move(responder));
   } else {
-    respond_whole(res, std::move(submitted).value(), *responder, connection_socket(req));
+    respond_whole(res, streams, *responder, connection_socket(req));
   }
 }
 
 // Non-streaming: waits here rather than in a content provider, so that the status line can
 // still tell how the request ended (a shutdown or an engine failure is a 5xx error, not a 200
 // whose body is an error object).
-void HttpServer::Impl::respond_whole(httplib::Response& res, RequestStream stream, Responder& responder,
+void HttpServer::Impl::respond_whole(httplib::Response& res, std::vector<RequestStream>& streams, Responder& responder,
                                      int client_socket) {
-  std::vector<TokenEvent> events;
+  std::vector<std::vector<TokenEvent>> events;
   std::string unused;
   while (!responder.finished()) {
     if (peer_hung_up(client_socket)) {
-      stream.abort();
+      for (RequestStream& s : streams) s.abort();
       count_disconnect();
       res.status = 499;  // nginx's "client closed request"; nobody reads it
       return;
     }
-    events.clear();
-    if (stream.wait(&events, kPollInterval)) responder.consume(events, &unused);
+    for (auto& e : events) e.clear();
+    if (RequestStream::wait_any(streams, &events, kPollInterval))
+      for (size_t i = 0; i < events.size(); ++i)
+        if (!events[i].empty()) responder.consume(i, events[i], &unused);
   }
+  // After an error, the choices still running stop here (a no-op for finished ones).
+  for (RequestStream& s : streams) s.abort();
   if (!responder.error().is_ok()) return send_error(res, from_status(responder.error()));
   res.set_content(responder.final_body(), "application/json");
 }
 
-void HttpServer::Impl::respond_stream(httplib::Response& res, RequestStream stream,
+void HttpServer::Impl::respond_stream(httplib::Response& res, std::vector<RequestStream> streams,
                                       std::unique_ptr<Responder> responder) {
   struct Pending {
-    RequestStream stream;
+    std::vector<RequestStream> streams;
     std::unique_ptr<Responder> responder;
     Clock::time_point last_write = Clock::now();
     bool gone = false;
+    void abort_all() {
+      for (RequestStream& s : streams) s.abort();
+    }
   };
-  auto p = std::make_shared<Pending>(Pending{std::move(stream), std::move(responder)});
+  auto p = std::make_shared<Pending>(Pending{std::move(streams), std::move(responder)});
   const auto keepalive = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(config.sse_keepalive_seconds));
   auto client_gone = [this, p] {
     if (p->gone || p->responder->finished()) return;
     p->gone = true;
-    p->stream.abort();
+    p->abort_all();
     count_disconnect();
   };
   auto provider = [p, keepalive, client_gone](size_t, httplib::DataSink& sink) -> bool {
@@ -316,8 +336,8 @@ void HttpServer::Impl::respond_stream(httplib::Response& res, RequestStream stre
       client_gone();
       return false;
     }
-    std::vector<TokenEvent> events;
-    while (!p->stream.wait(&events, kPollInterval)) {
+    std::vector<std::vector<TokenEvent>> events;
+    while (!RequestStream::wait_any(p->streams, &events, kPollInterval)) {
       if (!sink.is_writable()) {
         client_gone();
         return false;
@@ -335,11 +355,12 @@ void HttpServer::Impl::respond_stream(httplib::Response& res, RequestStream stre
     // An exception here would leave through cpp-httplib's write loop, which does not catch it:
     // std::terminate, the whole server down. This stream ends with an error event instead.
     try {
-      p->responder->consume(events, &out);
+      for (size_t i = 0; i < events.size(); ++i)
+        if (!events[i].empty()) p->responder->consume(i, events[i], &out);
     } catch (const std::exception& e) {
       fmt::print(stderr, "server: exception while streaming: {}\n", e.what());
       p->gone = true;  // not a client disconnect
-      p->stream.abort();
+      p->abort_all();
       const std::string end =
           sse_data(server_error(fmt::format("internal error: {}", e.what())).to_json()) + kSseDone;
       sink.write(end.data(), end.size());
@@ -352,7 +373,10 @@ void HttpServer::Impl::respond_stream(httplib::Response& res, RequestStream stre
       }
       p->last_write = Clock::now();
     }
-    if (p->responder->finished()) sink.done();
+    if (p->responder->finished()) {
+      p->abort_all();  // after an error event, the choices still running stop
+      sink.done();
+    }
     return true;
   };
   // Runs when the response ends for any reason: a request still running has lost its client.

@@ -112,6 +112,52 @@ TEST(Engine, GeneratesTheScriptThenEos) {
   EXPECT_EQ(m.ttft.count, 1u);
 }
 
+// wait_any reads several streams on one thread (the n choices of one API request): it wakes on
+// any stream's events without a poll delay, hands each stream's events back under its own index
+// in order, sees events that arrived before its first call, and returns false at once when all
+// streams are done.
+TEST(Engine, WaitAnyReadsSeveralStreams) {
+  DSV4_REQUIRE_TOKENIZER();
+  auto e = start(scripted(kScript, /*step_delay_ms=*/2));
+  std::vector<RequestStream> streams;
+  streams.push_back(e->submit(request("count", 64)).value());
+  streams.push_back(e->submit(request("hi", 64)).value());
+  std::this_thread::sleep_for(30ms);  // events pile up before the first call
+  streams.push_back(e->submit(request("count", 3)).value());
+  std::string text[3];
+  int finals[3] = {0, 0, 0};
+  std::vector<std::vector<TokenEvent>> events;
+  const auto deadline = Clock::now() + 20s;
+  int empty_waits = 0;
+  while (Clock::now() < deadline) {
+    for (auto& v : events) v.clear();
+    const auto t0 = Clock::now();
+    if (!RequestStream::wait_any(streams, &events, 5s)) {
+      ++empty_waits;
+      break;
+    }
+    // Events are handed back as they come, not after the timeout.
+    EXPECT_LT(Clock::now() - t0, 2s);
+    ASSERT_EQ(events.size(), 3u);
+    for (size_t i = 0; i < 3; ++i)
+      for (const TokenEvent& ev : events[i]) {
+        EXPECT_EQ(finals[i], 0) << "events after the final one";
+        text[i] += ev.text;
+        finals[i] += ev.finish != FinishReason::kNone;
+      }
+  }
+  EXPECT_EQ(empty_waits, 1);  // the call after the last final event
+  for (const RequestStream& s : streams) EXPECT_TRUE(s.done());
+  EXPECT_EQ(text[0], "one two three four five STOP six seven");
+  EXPECT_EQ(text[1], "Hello from the script.");
+  EXPECT_EQ(text[2], "one two three");
+  EXPECT_EQ(finals[0] + finals[1] + finals[2], 3);
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(RequestStream::wait_any(streams, &events, 5s));
+  EXPECT_LT(Clock::now() - t0, 1s) << "all done: no wait";
+  expect_idle(*e);
+}
+
 TEST(Engine, MaxTokensAndStopStrings) {
   DSV4_REQUIRE_TOKENIZER();
   auto e = start(scripted(kScript));

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <optional>
 #include <thread>
 
@@ -169,6 +170,75 @@ TEST_F(HttpTest, ChatAndCompletions) {
   }
   EXPECT_EQ(text, "Hello from");
   EXPECT_EQ(Json::parse(data[data.size() - 3])["choices"][0]["finish_reason"], "length");
+}
+
+// n choices: one engine request each. The whole answer lists them by index; the stream
+// interleaves their chunks, each under its index, and ends once with the summed usage.
+TEST_F(HttpTest, SeveralChoices) {
+  auto r = post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "n": 3, "seed": 7,
+                                            "thinking": {"type": "disabled"}})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["message"]["content"], "Hello from the script.");
+  }
+  const int one = Json::parse(post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}],
+                                                               "thinking": {"type": "disabled"}})")
+                                  ->body)["usage"]["completion_tokens"];
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3 * one);
+  EXPECT_EQ(j["usage"]["total_tokens"], j["usage"]["prompt_tokens"].get<int>() + 3 * one);
+
+  r = post("/v1/completions",
+           R"({"prompt": "hi", "n": 2, "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::vector<std::string> data;
+  std::istringstream in(r->body);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) data.push_back(line.substr(6));
+  ASSERT_GE(data.size(), 4u);
+  EXPECT_EQ(std::count(data.begin(), data.end(), "[DONE]"), 1);
+  EXPECT_EQ(data.back(), "[DONE]");
+  const Json usage = Json::parse(data[data.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 4);
+  std::string text[2];
+  int finishes[2] = {0, 0};
+  for (size_t i = 0; i + 2 < data.size(); ++i) {
+    const Json c = Json::parse(data[i])["choices"][0];
+    const int k = c["index"];
+    ASSERT_TRUE(k == 0 || k == 1) << data[i];
+    text[k] += c["text"].get<std::string>();
+    finishes[k] += !c["finish_reason"].is_null();
+  }
+  EXPECT_EQ(text[0], "Hello from");
+  EXPECT_EQ(text[1], "Hello from");
+  EXPECT_EQ(finishes[0], 1);
+  EXPECT_EQ(finishes[1], 1);
+  expect_idle();
+}
+
+// A client that hangs up on a stream of several choices aborts all of them.
+TEST_F(HttpTest, ClientHangingUpAbortsEveryChoice) {
+  const uint64_t aborts_before = engine_->metrics().finished_abort;
+  httplib::Client c = client();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = R"({"prompt": "sing forever", "max_tokens": 1500, "stream": true, "n": 3})";
+  req.set_header("Content-Type", "application/json");
+  int chunks = 0;
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
+  c.send(req);
+  EXPECT_GE(chunks, 3);
+  c.stop();
+  for (int i = 0; i < 200 && engine_->metrics().finished_abort < aborts_before + 3; ++i)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(engine_->metrics().finished_abort, aborts_before + 3);
+  expect_idle();
 }
 
 TEST_F(HttpTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {

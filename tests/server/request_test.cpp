@@ -79,7 +79,9 @@ TEST(ChatRequest, RefusesBadInputWithTheField) {
        "context_length_exceeded"},
       {R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", 400, "temperature", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", 400, "top_p", ""},
-      {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", 400, "n", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": 0})", 400, "n", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": 129})", 400, "n", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": 1.5})", 400, "n", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": [1]})", 400, "stop", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", 400, "stop", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": ")" + std::string(1025, 'x') + R"("})", 400,
@@ -218,6 +220,17 @@ TEST(CompletionRequest, PromptForms) {
             std::string::npos);
   EXPECT_EQ(parse_completion_request(Json::parse(R"({"prompt": ""})"), c.ctx(), &r).param, "prompt");
   EXPECT_EQ(parse_completion_request(Json::parse(R"({"prompt": "x", "echo": true})"), c.ctx(), &r).param, "echo");
+  // n choices; best_of may only restate n (it would otherwise rank candidates we do not score).
+  ASSERT_TRUE(parse_completion_request(Json::parse(R"({"prompt": "x", "n": 3, "best_of": 3})"), c.ctx(), &r).ok());
+  EXPECT_EQ(r.common.n, 3);
+  ASSERT_TRUE(parse_completion_request(Json::parse(R"({"prompt": "x", "n": 2})"), c.ctx(), &r).ok());
+  EXPECT_EQ(r.common.n, 2);
+  for (const char* body : {R"({"prompt": "x", "n": 3, "best_of": 2})", R"({"prompt": "x", "n": 2, "best_of": 4})",
+                           R"({"prompt": "x", "best_of": 0})"}) {
+    const ApiError e = parse_completion_request(Json::parse(body), c.ctx(), &r);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.param, "best_of") << body << " -> " << e.message;
+  }
   EXPECT_EQ(parse_completion_request(Json::parse(R"({})"), c.ctx(), &r).param, "prompt");
   EXPECT_EQ(parse_completion_request(Json::parse(R"({"prompt": "x", "max_tokens": 500})"), c.ctx(), &r).code,
             "context_length_exceeded");

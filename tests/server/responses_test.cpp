@@ -222,8 +222,9 @@ struct Assembled {
   bool operator==(const Assembled&) const = default;
 };
 
-Assembled assemble_body(const Json& body, bool chat) {
-  const Json& c = body["choices"][0];
+Assembled assemble_body(const Json& body, bool chat, size_t index = 0) {
+  const Json& c = body["choices"][index];
+  EXPECT_EQ(c["index"], index);
   Assembled a;
   a.finish = c["finish_reason"];
   if (!chat) {
@@ -245,11 +246,14 @@ Assembled assemble_body(const Json& body, bool chat) {
   return a;
 }
 
-Assembled assemble_chunks(const std::vector<Json>& chunks, bool chat) {
+// The chunks of choice `index` (every chunk carries one choice).
+Assembled assemble_chunks(const std::vector<Json>& chunks, bool chat, size_t index = 0) {
   Assembled a;
   std::vector<std::pair<std::string, std::string>> calls;  // by index
   for (const Json& chunk : chunks) {
+    EXPECT_EQ(chunk["choices"].size(), 1u) << chunk.dump();
     const Json& c = chunk["choices"][0];
+    if (c["index"] != index) continue;
     if (!c["finish_reason"].is_null()) a.finish = c["finish_reason"];
     if (!chat) {
       a.content += c["text"].get<std::string>();
@@ -327,6 +331,119 @@ TEST(ResponderFuzz, StreamedChunksAddUpToTheWholeResponse) {
     if (!ok) {
       ++failures;
       ADD_FAILURE() << "round " << round << " chat " << chat << "\n stream: " << sse << "\n whole: " << whole.dump();
+    }
+  }
+}
+
+// n choices: each choice's events go to the responder in random interleavings, as the HTTP layer
+// takes whatever has arrived for any of them. Every choice streams under its own index and adds
+// up to its entry of the whole response; the stream ends once, after the last choice; usage
+// counts the prompt once and every choice's completion tokens.
+TEST(ResponderFuzz, ChoicesInterleaveAndTheStreamEndsOnce) {
+  DSV4_REQUIRE_TOKENIZER();
+  const tok::Tokenizer& t = *v4_tokenizer();
+  const std::vector<int32_t> markers = marker_ids(t);
+  std::mt19937 rng(11);
+  for (int round = 0; round < 200; ++round) {
+    const int n = 2 + rng() % 3;
+    const bool logprobs = rng() % 2, chat = rng() % 2;
+    std::vector<std::vector<TokenEvent>> events(static_cast<size_t>(n));
+    int n_output = 0;
+    for (auto& e : events) {
+      std::vector<int32_t> ids;
+      for (int k = 0, m = 1 + rng() % 12; k < m; ++k)
+        ids.push_back(rng() % 2 ? markers[rng() % markers.size()] : int32_t(rng() % t.n_ids()));
+      e = simulate_engine(t, ids, {}, 1 + rng() % 20, logprobs);
+      n_output += e.back().n_output_tokens;
+    }
+    // Feeds every choice's events in batches of 1-3, the choices in random order.
+    auto feed = [&](Responder& r) {
+      std::string sse;
+      std::vector<size_t> next(size_t(n), 0);
+      for (;;) {
+        std::vector<size_t> open;
+        for (size_t i = 0; i < size_t(n); ++i)
+          if (next[i] < events[i].size()) open.push_back(i);
+        if (open.empty()) break;
+        EXPECT_FALSE(r.finished());
+        const size_t i = open[rng() % open.size()];
+        const size_t end = std::min(events[i].size(), next[i] + 1 + rng() % 3);
+        std::vector<TokenEvent> batch(events[i].begin() + long(next[i]), events[i].begin() + long(end));
+        next[i] = end;
+        r.consume(i, batch, &sse);
+      }
+      EXPECT_TRUE(r.finished());
+      return sse;
+    };
+    auto make = [&](const ResponseMeta& m) {
+      return chat ? make_chat_responder(m, tok::ThinkingMode::kThinking, t) : make_completion_responder(m, t);
+    };
+    ResponseMeta meta{"id", 1, "m", /*stream=*/false, /*include_usage=*/false, logprobs, n};
+    ::testing::internal::CaptureStderr();
+    auto whole_r = make(meta);
+    feed(*whole_r);
+    const Json whole = Json::parse(whole_r->final_body());
+    meta.stream = true;
+    meta.include_usage = true;
+    auto stream_r = make(meta);
+    const std::string sse = feed(*stream_r);
+    ::testing::internal::GetCapturedStderr();
+
+    ASSERT_EQ(whole["choices"].size(), size_t(n));
+    EXPECT_EQ(whole["usage"]["prompt_tokens"], 5);
+    EXPECT_EQ(whole["usage"]["completion_tokens"], n_output);
+    std::vector<Json> chunks = parse_sse(sse);
+    ASSERT_FALSE(chunks.empty());
+    EXPECT_EQ(chunks.back()["usage"], whole["usage"]);
+    EXPECT_TRUE(chunks.back()["choices"].empty());
+    chunks.pop_back();
+    for (size_t i = 0; i < size_t(n); ++i) {
+      EXPECT_EQ(assemble_chunks(chunks, chat, i), assemble_body(whole, chat, i)) << "round " << round << " choice " << i;
+      // The finish chunk of choice i comes after all its content.
+      size_t last = 0, finish = 0;
+      for (size_t k = 0; k < chunks.size(); ++k) {
+        if (chunks[k]["choices"][0]["index"] != i) continue;
+        last = k;
+        if (!chunks[k]["choices"][0]["finish_reason"].is_null()) finish = k;
+      }
+      EXPECT_EQ(finish, last) << "round " << round << " choice " << i;
+    }
+  }
+}
+
+// One choice failing ends the response: the stream gets one error event and [DONE] (nothing
+// after it, whatever the other choices still send), and the whole response is the error.
+TEST(Responders, AChoiceThatFailsEndsTheResponse) {
+  DSV4_REQUIRE_TOKENIZER();
+  const tok::Tokenizer& t = *v4_tokenizer();
+  for (const bool chat : {true, false}) {
+    for (const bool stream : {false, true}) {
+      const ResponseMeta meta{"id", 1, "m", stream, true && stream, false, 3};
+      auto r = chat ? make_chat_responder(meta, tok::ThinkingMode::kChat, t) : make_completion_responder(meta, t);
+      TokenEvent tokn;
+      tokn.tokens = {100};
+      tokn.text = "x";
+      TokenEvent fail;
+      fail.finish = FinishReason::kError;
+      fail.error = internal_error("device lost");
+      std::string sse;
+      std::vector<TokenEvent> a{tokn}, b{fail}, c{tokn};
+      r->consume(0, a, &sse);
+      EXPECT_FALSE(r->finished());
+      r->consume(1, b, &sse);
+      EXPECT_TRUE(r->finished());
+      const size_t size_at_end = sse.size();
+      r->consume(2, c, &sse);
+      EXPECT_EQ(sse.size(), size_at_end) << "output after the end";
+      EXPECT_FALSE(r->error().is_ok());
+      if (stream) {
+        const std::vector<Json> events = parse_sse(sse);
+        ASSERT_FALSE(events.empty());
+        EXPECT_TRUE(events.back().contains("error")) << sse;
+      } else {
+        const Json body = Json::parse(r->final_body());
+        EXPECT_NE(body["error"]["message"].get<std::string>().find("device lost"), std::string::npos) << body;
+      }
     }
   }
 }
