@@ -2,7 +2,7 @@
 by the official openai package and by curl: models, chat and completions (stream and not),
 reasoning on/off, usage chunks, max_tokens, stop strings (on greedy output, so they are known in
 advance), seeds, logprobs, tokenize/detokenize, metrics, keep-alive comments during a long
-prefill, and every kind of bad request answered with a 4xx OpenAI error object while the server
+prefill, n choices, and every kind of bad request answered with a 4xx OpenAI error object while the server
 stays healthy. Usage: python3 tests/python/test_serve_api.py [--bin build/dsv4]"""
 import json
 import os
@@ -83,6 +83,25 @@ def main():
                 model=MODEL, prompt="Once upon a time", max_tokens=6, temperature=0, stream=True) if c.choices)
             check(streamed == a.choices[0].text, (streamed, a.choices[0].text))
 
+        def several_choices():
+            # Choice i samples with seed + i: the choices of seed 123 are the single answers of
+            # seeds 123, 124, 125, streamed or not.
+            singles = [client.completions.create(model=MODEL, prompt="Hi", max_tokens=8, seed=123 + i,
+                                                 temperature=1.0).choices[0].text for i in range(3)]
+            r = client.completions.create(model=MODEL, prompt="Hi", max_tokens=8, seed=123, temperature=1.0, n=3)
+            check([c.index for c in r.choices] == [0, 1, 2], r)
+            check([c.text for c in r.choices] == singles, (r, singles))
+            check(r.usage.completion_tokens == 24 and r.usage.total_tokens == r.usage.prompt_tokens + 24, r.usage)
+            texts = ["", "", ""]
+            chunks = list(client.completions.create(model=MODEL, prompt="Hi", max_tokens=8, seed=123, temperature=1.0,
+                                                    n=3, stream=True, stream_options={"include_usage": True}))
+            for c in chunks[:-1]:
+                texts[c.choices[0].index] += c.choices[0].text
+            check(texts == singles, (texts, singles))
+            check(chunks[-1].usage.completion_tokens == 24, chunks[-1])
+            chat = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=4, n=2, temperature=0)
+            check(len(chat.choices) == 2 and chat.choices[0].message == chat.choices[1].message, chat)
+
         def chat_logprobs():
             r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=5, logprobs=True,
                                                top_logprobs=2, temperature=0)
@@ -155,7 +174,7 @@ def main():
                 ("missing messages", '{"model": "dsv4-demo"}', 400, "messages"),
                 ("missing prompt", '{"model": "dsv4-demo"}', 400, "prompt", "/v1/completions"),
                 ("unknown model", '{"model": "gpt-5", "messages": [{"role": "user", "content": "x"}]}', 404, None),
-                ("n > 1", '{"messages": [{"role": "user", "content": "x"}], "n": 2}', 400, "n"),
+                ("n past 128", '{"messages": [{"role": "user", "content": "x"}], "n": 129}', 400, "n"),
                 ("too-long prompt", json.dumps({"messages": [{"role": "user", "content": many_words}]}), 400,
                  "messages"),
                 ("over max_model_len", '{"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}', 400,
@@ -208,6 +227,7 @@ def main():
                    ("chat, reasoning off (4 ways)", chat_reasoning_off),
                    ("chat stream with usage", chat_stream_with_usage),
                    ("completions: greedy, seeds, logprobs, stream", completions_greedy_seed_logprobs),
+                   ("n choices", several_choices),
                    ("chat logprobs", chat_logprobs), ("max_tokens 1", max_tokens_one),
                    ("stop strings", stop_strings_on_greedy_text), ("tokenize/detokenize", tokenize_detokenize),
                    ("keep-alive comments during a long prefill", keepalive_during_long_prefill),
