@@ -34,6 +34,14 @@ struct SamplingParams {
   bool has_seed = false;     // false: the engine derives a seed from EngineConfig::sampling_seed
   uint64_t seed = 0;
   int32_t logprobs = -1;     // -1: none; k in [0, 20]: the sampled token's logprob and the top k
+  // Adjustments of the logits before the filters above (vLLM's order and arithmetic): the bias,
+  // then the repetition penalty on tokens of the prompt or the output, then frequency and
+  // presence on output counts. With any of them, greedy, the filters and the logprobs all see the
+  // adjusted logits (vLLM's "processed" logprobs).
+  float presence_penalty = 0.0f;    // [-2, 2]: subtracted once from every token already generated
+  float frequency_penalty = 0.0f;   // [-2, 2]: subtracted per occurrence in the output
+  float repetition_penalty = 1.0f;  // [0.01, 100]: > 1 discourages tokens of the prompt and output
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added logit in [-100, 100]), ids distinct
 };
 
 // When generation ends. Stop strings are matched on the detokenized text; text that could still

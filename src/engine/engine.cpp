@@ -99,6 +99,21 @@ Status Engine::Impl::validate(const GenerationRequest& r) const {
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return invalid_argument("min_p must be in [0, 1], found {}", p.min_p);
   if (p.logprobs < -1 || p.logprobs > limits.max_logprobs)
     return invalid_argument("top_logprobs must be in [0, {}], found {}", limits.max_logprobs, p.logprobs);
+  for (const auto& [name, v] : {std::pair{"presence_penalty", p.presence_penalty}, {"frequency_penalty", p.frequency_penalty}})
+    if (!(v >= -2.0f && v <= 2.0f)) return invalid_argument("{} must be in [-2, 2], found {}", name, v);
+  if (!(p.repetition_penalty >= 0.01f && p.repetition_penalty <= 100.0f))
+    return invalid_argument("repetition_penalty must be in [0.01, 100], found {}", p.repetition_penalty);
+  std::vector<int32_t> ids;
+  for (const auto& [id, b] : p.logit_bias) {
+    if (id < 0 || id >= limits.vocab_size)
+      return invalid_argument("logit_bias token {} is outside the vocabulary [0, {})", id, limits.vocab_size);
+    if (!(b >= -100.0f && b <= 100.0f))
+      return invalid_argument("logit_bias of token {} must be in [-100, 100], found {}", id, b);
+    ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end())
+    return invalid_argument("logit_bias names token {} twice", *std::adjacent_find(ids.begin(), ids.end()));
   return Status::ok();
 }
 
@@ -132,6 +147,7 @@ Result<RequestStream> Engine::Impl::submit(GenerationRequest g) {
     r->tokens = std::move(g.prompt);
     r->tokens.reserve(size_t(r->n_prompt + g.stop.max_tokens));
     r->sampling = g.sampling;
+    r->penalties.init(r->sampling, r->tokens);
     r->seed = g.sampling.has_seed ? g.sampling.seed : mix_seed(sampling_seed, r->seq_id);
     r->text = std::make_unique<engine_detail::TextOutput>(tokenizer, g.stop.skip_special_tokens, g.stop.stop);
     r->stop = std::move(g.stop);
@@ -246,6 +262,7 @@ void Engine::Impl::step(const StepPlan& plan) {
     q.sampling = &r->sampling;
     q.seed = r->seed;
     q.sample_index = r->n_output();
+    q.logit_adjust = r->penalties.adjustments();
     step_in.seqs.push_back(q);
   }
   step_out.clear();
@@ -290,6 +307,7 @@ void Engine::Impl::step(const StepPlan& plan) {
     TokenEvent ev;
     const int32_t id = t.token.token;
     r->tokens.push_back(id);
+    r->penalties.add_output(id);
     ev.tokens.push_back(id);
     if (r->sampling.logprobs >= 0) ev.logprobs.push_back(std::move(t.token));
     {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dsv4/engine.h"
+#include "engine/penalties.h"
 #include "engine/stream.h"
 #include "engine/text_output.h"
 #include "kvcache/block_pool.h"
@@ -27,6 +28,7 @@ struct Request {
   uint64_t seed = 0;            // resolved: the request's or one derived from the engine seed
   std::shared_ptr<StreamState> stream;
   std::unique_ptr<TextOutput> text;
+  PenaltyState penalties;       // logit_bias and penalties as logit adjustments (empty: none)
 
   RequestState state = RequestState::kWaiting;
   int64_t n_computed = 0;       // tokens whose KV state exists (reset to 0 by a preemption)

@@ -116,6 +116,7 @@ Status CpuRunner::execute(const StepInput& in, StepOutput* out) {
       DSV4_CHECK(s.sampling != nullptr, "sequence {}: sample without sampling parameters", s.seq_id);
       SampledToken t;
       t.seq_id = s.seq_id;
+      apply_logit_adjust(logits_, s.logit_adjust);  // logits_ is this step's scratch
       t.token = sampler_.sample(logits_, *s.sampling, s.seed, s.sample_index);
       out->sampled.push_back(std::move(t));
     }

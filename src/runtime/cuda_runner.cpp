@@ -17,6 +17,10 @@ namespace dsv4::runtime {
 
 using cuda::DeviceBuffer;
 
+// Logit adjustments (logit_bias, penalties) staged per upload: a step with more entries than this
+// (all its rows together) uploads them in rounds, so the buffers never grow.
+constexpr int kAdjustPerRow = 4096;
+
 // Per-step sampling buffers: parameters and results for up to max_num_seqs rows, on the device and
 // in pinned host memory (the only host copies of a step).
 struct CudaRunner::Device {
@@ -28,6 +32,12 @@ struct CudaRunner::Device {
   float* h_logprob = nullptr;
   int32_t* h_top_ids = nullptr;
   float* h_top_lp = nullptr;
+  // Steps with logit adjustments sample from a copy of the model's logits (the model owns its
+  // buffer): f32 [max_rows, vocab], and the entries with their rows (capacity adjust_cap).
+  DeviceBuffer adj_logits, adj, adj_rows;
+  LogitAdjust* h_adj = nullptr;
+  int32_t* h_adj_rows = nullptr;
+  int adjust_cap = 0;
   // A step's sequences for the model and the rows it samples: kept, so that steps reuse the
   // capacity instead of allocating.
   std::vector<gpu::GpuStepSeq> step_seqs;
@@ -35,7 +45,8 @@ struct CudaRunner::Device {
 
   ~Device() {
     for (void* p : {static_cast<void*>(h_params), static_cast<void*>(h_token), static_cast<void*>(h_logprob),
-                    static_cast<void*>(h_top_ids), static_cast<void*>(h_top_lp)})
+                    static_cast<void*>(h_top_ids), static_cast<void*>(h_top_lp), static_cast<void*>(h_adj),
+                    static_cast<void*>(h_adj_rows)})
       if (p) cudaFreeHost(p);
   }
   static Result<std::unique_ptr<Device>> create(int max_rows, int vocab) {
@@ -56,6 +67,13 @@ struct CudaRunner::Device {
     DSV4_RETURN_IF_ERROR(host(n * sizeof(float), &d->h_logprob));
     DSV4_RETURN_IF_ERROR(host(nt * sizeof(int32_t), &d->h_top_ids));
     DSV4_RETURN_IF_ERROR(host(nt * sizeof(float), &d->h_top_lp));
+    d->adjust_cap = max_rows * kAdjustPerRow;
+    const size_t na = size_t(d->adjust_cap);
+    DSV4_ASSIGN_OR_RETURN(d->adj_logits, DeviceBuffer::create(n * size_t(vocab) * sizeof(float)));
+    DSV4_ASSIGN_OR_RETURN(d->adj, DeviceBuffer::create(na * sizeof(LogitAdjust)));
+    DSV4_ASSIGN_OR_RETURN(d->adj_rows, DeviceBuffer::create(na * sizeof(int32_t)));
+    DSV4_RETURN_IF_ERROR(host(na * sizeof(LogitAdjust), &d->h_adj));
+    DSV4_RETURN_IF_ERROR(host(na * sizeof(int32_t), &d->h_adj_rows));
     return d;
   }
 };
@@ -128,6 +146,48 @@ Status CudaRunner::on_engine_thread_start() {
   return cuda::cuda_status(cudaSetDevice(device_), "cudaSetDevice (engine thread)");
 }
 
+// Rows with logit adjustments: the step's logits are copied to the runner's buffer and adjusted
+// there, and *logits points at the copy; otherwise nothing happens. Entries go up in rounds of at
+// most adjust_cap (a synchronization between rounds, since the pinned staging is reused).
+Status CudaRunner::adjust(int B, int V, const float** logits) {
+  Device& d = *dev_;
+  size_t total = 0;
+  for (int i = 0; i < B; ++i) total += d.sampling[size_t(i)]->logit_adjust.size();
+  if (total == 0) return Status::ok();
+  auto stream = static_cast<cudaStream_t>(model_->stream());
+  float* copy = d.adj_logits.as<float>();
+  DSV4_RETURN_IF_ERROR(cuda::cuda_status(
+      cudaMemcpyAsync(copy, *logits, size_t(B) * size_t(V) * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+      "copy logits for adjustment"));
+  // One round: the staged entries up, then the kernel. The last round is not waited for: the
+  // sampling launches follow it on the stream, and the step synchronizes before the staging is
+  // written again.
+  int n = 0;
+  auto upload = [&](bool wait) -> Status {
+    DSV4_RETURN_IF_ERROR(cuda::cuda_status(
+        cudaMemcpyAsync(d.adj.get(), d.h_adj, size_t(n) * sizeof(LogitAdjust), cudaMemcpyHostToDevice, stream),
+        "copy logit adjustments"));
+    DSV4_RETURN_IF_ERROR(cuda::cuda_status(
+        cudaMemcpyAsync(d.adj_rows.get(), d.h_adj_rows, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
+        "copy logit adjustment rows"));
+    DSV4_RETURN_IF_ERROR(
+        cuda::adjust_logits(copy, V, B, V, d.adj.as<LogitAdjust>(), d.adj_rows.as<int32_t>(), n, stream));
+    n = 0;
+    return wait ? cuda::cuda_status(cudaStreamSynchronize(stream), "logit adjustments") : Status::ok();
+  };
+  for (int i = 0; i < B; ++i) {
+    for (const LogitAdjust& a : d.sampling[size_t(i)]->logit_adjust) {
+      if (n == d.adjust_cap) DSV4_RETURN_IF_ERROR(upload(/*wait=*/true));
+      d.h_adj[n] = a;
+      d.h_adj_rows[n] = i;
+      ++n;
+    }
+  }
+  DSV4_RETURN_IF_ERROR(upload(/*wait=*/false));
+  *logits = copy;
+  return Status::ok();
+}
+
 Status CudaRunner::execute(const StepInput& in, StepOutput* out) {
   std::vector<gpu::GpuStepSeq>& seqs = dev_->step_seqs;
   std::vector<const StepSequence*>& sampling = dev_->sampling;
@@ -172,8 +232,9 @@ Status CudaRunner::execute(const StepInput& in, StepOutput* out) {
   cuda::SampleOutputView o{d.token.as<int32_t>(), d.logprob.as<float>(), d.top_ids.as<int32_t>(),
                            d.top_lp.as<float>()};
   const int V = cfg_->vocab_size;
-  DSV4_RETURN_IF_ERROR(cuda::sample_tokens(model_->device_logits(), V, B, V, d.params.as<cuda::SampleParams>(), o,
-                                           d.workspace, stream));
+  const float* logits = model_->device_logits();
+  DSV4_RETURN_IF_ERROR(adjust(B, V, &logits));
+  DSV4_RETURN_IF_ERROR(cuda::sample_tokens(logits, V, B, V, d.params.as<cuda::SampleParams>(), o, d.workspace, stream));
   auto copy_back = [&](void* dst, const DeviceBuffer& src, size_t bytes) {
     return cuda::cuda_status(cudaMemcpyAsync(dst, src.get(), bytes, cudaMemcpyDeviceToHost, stream), "copy samples");
   };

@@ -38,6 +38,8 @@ class CudaRunner : public ModelRunner {
  private:
   CudaRunner();
   struct Device;  // sampler buffers (device + pinned) and the step lists, owned here
+  // The step's logit adjustments (logit_bias, penalties) on a copy of the B sampled rows.
+  Status adjust(int B, int V, const float** logits);
 
   std::unique_ptr<ModelConfig> cfg_;
   std::unique_ptr<ModelWeights> weights_;  // host mappings; the GPU copy lives in model_

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/logit_adjust.h"
 #include "base/status.h"
 #include "dsv4/engine.h"
 
@@ -29,6 +30,9 @@ struct StepSequence {
   const SamplingParams* sampling = nullptr;  // when sample
   uint64_t seed = 0;                      // the request's resolved seed
   int64_t sample_index = 0;               // tokens generated so far (the RNG counter)
+  // Applied to the logits before sampling (base/logit_adjust.h): distinct tokens < vocab,
+  // increasing; empty for most requests. Valid for the step.
+  std::span<const LogitAdjust> logit_adjust;
 };
 
 struct StepInput {

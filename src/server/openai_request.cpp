@@ -6,12 +6,36 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
 
 namespace dsv4::server {
 namespace {
 
 constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+
+// logit_bias: {"<token id>": bias in [-100, 100], ...}, as OpenAI sends it (ids as decimal
+// strings). Each id once (JSON objects may repeat a key; nlohmann keeps the last).
+ApiError parse_logit_bias(const Json& lb, int32_t vocab_size, std::vector<std::pair<int32_t, float>>* out) {
+  out->clear();
+  for (const auto& [key, value] : lb.items()) {
+    int64_t id = -1;
+    const char* end = key.data() + key.size();
+    const auto [ptr, ec] = std::from_chars(key.data(), end, id);
+    if (key.empty() || ec != std::errc() || ptr != end || id < 0 || id >= vocab_size)
+      return bad_request(fmt::format("'logit_bias' keys must be token ids in [0, {}), found {}", vocab_size,
+                                     dump_json(Json(key.substr(0, 40)))),
+                         "logit_bias");
+    if (!value.is_number())
+      return bad_request(fmt::format("'logit_bias' values must be numbers, found {} for token {}", json_kind(value), id),
+                         "logit_bias");
+    if (const double b = value.get<double>(); !(b >= -100.0 && b <= 100.0))
+      return bad_request(fmt::format("'logit_bias' values must be in [-100, 100], found {} for token {}", b, id),
+                         "logit_bias");
+    out->emplace_back(int32_t(id), float(value.get<double>()));
+  }
+  return ApiError{};
+}
 
 // Fields shared by both endpoints. `chat` selects the chat spelling of logprobs.
 ApiError parse_common(const Json& j, const RequestContext& ctx, bool chat, CommonRequest* c) {
@@ -85,15 +109,18 @@ ApiError parse_common(const Json& j, const RequestContext& ctx, bool chat, Commo
   f.boolean("ignore_eos", &c->stop.ignore_eos);
   f.boolean("skip_special_tokens", &c->stop.skip_special_tokens);
 
-  // Known options we do not implement: refuse instead of ignoring them.
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    if (f.has(key) && f.number(key, &d, -2.0, 2.0) && d != 0.0)
-      return bad_request(fmt::format("'{}' is not supported yet (only 0)", key), key);
+  // Penalties and logit_bias (OpenAI's ranges; repetition_penalty is vLLM's).
+  if (f.has("presence_penalty") && f.number("presence_penalty", &d, -2.0, 2.0)) c->sampling.presence_penalty = float(d);
+  if (f.has("frequency_penalty") && f.number("frequency_penalty", &d, -2.0, 2.0))
+    c->sampling.frequency_penalty = float(d);
+  if (f.has("repetition_penalty") && f.number("repetition_penalty", &d, 0.01, 100.0))
+    c->sampling.repetition_penalty = float(d);
+  if (const Json* lb = f.object("logit_bias"); lb != nullptr) {
+    if (ApiError e = parse_logit_bias(*lb, ctx.limits.vocab_size, &c->sampling.logit_bias); !e.ok()) return e;
   }
-  if (f.has("repetition_penalty") && f.number("repetition_penalty", &d, 0.0, 100.0) && d != 1.0)
-    return bad_request("'repetition_penalty' is not supported yet (only 1)", "repetition_penalty");
-  if (const Json* lb = f.object("logit_bias"); lb != nullptr && !lb->empty())
-    return bad_request("'logit_bias' is not supported yet", "logit_bias");
+  if (!err.ok()) return err;
+
+  // Known options we do not implement: refuse instead of ignoring them.
   if (f.has("min_tokens") && f.integer("min_tokens", &v, 0, kIntMax) && v != 0)
     return bad_request("'min_tokens' is not supported yet (only 0)", "min_tokens");
   bool flag = false;

@@ -258,6 +258,66 @@ TEST(Sampling, MixedParamsFlashVocab) {
   EXPECT_EQ(expect_matches_host(x.logits, x.B, x.V, x.params, g, "flash"), 0);
 }
 
+// logit_bias and penalties (adjust_logits) on the GPU: every row its own random entries (bias,
+// repetition, subtraction; about a third of a small vocab, a few hundred at Flash's), applied in
+// place with padded rows (the pad must stay untouched), bit-equal to the host's
+// apply_logit_adjust; then sample_tokens on the adjusted rows matches the host sampler on them.
+TEST(Sampling, LogitAdjustmentsMatchTheHost) {
+  DSV4_SKIP_WITHOUT_GPU();
+  for (const int V : {kFlashVocab, 1000}) {
+    const Batch x = mixed_batch(24, V, 29);
+    const int B = x.B, pad = 5;
+    const int64_t ld = V + pad;
+    std::mt19937 rng(static_cast<uint32_t>(V));
+    std::vector<LogitAdjust> adj;
+    std::vector<int32_t> rows;
+    std::vector<float> want = x.logits;  // [B][V]
+    for (int b = 0; b < B; ++b) {
+      if (b % 5 == 4) continue;  // rows without adjustments
+      std::vector<int32_t> ids;
+      const int n = V == kFlashVocab ? 300 : V / 3;
+      for (int k = 0; k < n; ++k) ids.push_back(int32_t(rng() % uint32_t(V)));
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      std::vector<LogitAdjust> row;
+      for (const int32_t t : ids) {
+        LogitAdjust a;
+        a.token = t;
+        a.bias = rng() % 3 == 0 ? float(int(rng() % 200) - 100) * 0.37f : 0.0f;
+        a.rep = rng() % 2 ? 1.0f : 0.5f + float(rng() % 100) * 0.02f;
+        a.sub = rng() % 2 ? 0.0f : float(rng() % 40) * 0.13f - 2.0f;
+        row.push_back(a);
+        adj.push_back(a);
+        rows.push_back(b);
+      }
+      apply_logit_adjust(std::span<float>(&want[size_t(b) * size_t(V)], size_t(V)), row);
+    }
+    std::vector<float> padded(size_t(B) * size_t(ld), 1e30f);
+    for (int b = 0; b < B; ++b) std::copy_n(&x.logits[size_t(b) * size_t(V)], V, &padded[size_t(b) * size_t(ld)]);
+    DeviceBuffer d_logits = upload_vector(padded), d_adj = upload_vector(adj), d_rows = upload_vector(rows);
+    DSV4_ASSERT_OK(adjust_logits(d_logits.as<float>(), ld, B, V, d_adj.as<LogitAdjust>(), d_rows.as<int32_t>(),
+                                 int(adj.size()), nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = download<float>(d_logits.get(), padded.size());
+    int bad = 0;
+    for (int b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < ld; ++i) {
+        const float g = got[size_t(b) * size_t(ld) + size_t(i)];
+        const float w = i < V ? want[size_t(b) * size_t(V) + size_t(i)] : 1e30f;
+        if (std::memcmp(&g, &w, 4) != 0 && ++bad <= 5)
+          ADD_FAILURE() << "V " << V << " row " << b << " token " << i << ": " << g << ", host " << w;
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    SamplerWorkspace ws = make_ws(B, V);
+    const GpuOut g = run_gpu(want, B, V, pad, x.params, ws);
+    EXPECT_EQ(expect_matches_host(want, B, V, x.params, g, "adjusted"), 0);
+  }
+  DSV4_ASSERT_OK(adjust_logits(nullptr, 10, 0, 10, nullptr, nullptr, 0, nullptr));  // nothing to do
+  EXPECT_FALSE(adjust_logits(nullptr, 10, 1, 10, nullptr, nullptr, 1, nullptr).is_ok());
+  EXPECT_FALSE(adjust_logits(nullptr, 5, 1, 10, nullptr, nullptr, 1, nullptr).is_ok());
+}
+
 TEST(Sampling, MixedParamsSmallVocab) {
   DSV4_SKIP_WITHOUT_GPU();
   SamplerWorkspace ws = make_ws(64, 1000);

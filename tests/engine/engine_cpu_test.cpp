@@ -108,6 +108,68 @@ TEST_F(EngineCpuTest, PreemptionAndBatchingDoNotChangeTokens) {
   EXPECT_EQ(e->metrics().kv_blocks_free, 3);
 }
 
+// logit_bias and the penalties end to end: the engine's greedy tokens are those of a decode loop
+// that drives the CPU runner itself and adjusts every logit of the vocabulary densely, by vLLM's
+// rules, from the tokens so far (an implementation independent of the engine's sparse one). A
+// request whose penalties change nothing would pass that check, so the tokens must also differ
+// from the request without them.
+TEST_F(EngineCpuTest, PenaltiesAndBiasSteerDecoding) {
+  GenerationRequest g = make(4, 24, 16, 0.0f);
+  const GenerationRequest plain = g;
+  g.sampling.presence_penalty = 1.5f;
+  g.sampling.frequency_penalty = 0.75f;
+  g.sampling.repetition_penalty = 1.8f;
+  g.sampling.logit_bias = {{17, 4.0f}, {g.prompt[3], -3.0f}, {900, 2.5f}};
+  std::vector<int32_t> got, got_plain;
+  {
+    auto e = start(EngineConfig{});
+    auto s = e->submit(g);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    got = run_all(*e, *s);
+    auto p = e->submit(plain);
+    ASSERT_TRUE(p.is_ok());
+    got_plain = run_all(*e, *p);
+  }
+  ASSERT_EQ(got.size(), 16u);
+  EXPECT_NE(got, got_plain);
+
+  auto runner = runtime::CpuRunner::load(*dir_, "bf16", "fp8", 1);
+  ASSERT_TRUE(runner.is_ok());
+  runtime::CpuRunner& r = **runner;
+  const int V = r.info().vocab_size;
+  std::vector<int32_t> seq = g.prompt, want;
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  for (int i = 0; i < 16; ++i) {
+    std::vector<LogitAdjust> dense(static_cast<size_t>(V));
+    std::vector<int> count(size_t(V), 0);
+    std::vector<bool> seen(size_t(V), false);
+    for (size_t k = 0; k < seq.size(); ++k) {
+      seen[size_t(seq[k])] = true;
+      if (k >= g.prompt.size()) ++count[size_t(seq[k])];
+    }
+    for (int t = 0; t < V; ++t) {
+      LogitAdjust& a = dense[size_t(t)];
+      a.token = t;
+      for (const auto& [id, b] : g.sampling.logit_bias)
+        if (id == t) a.bias = b;
+      if (seen[size_t(t)]) a.rep = g.sampling.repetition_penalty;
+      if (count[size_t(t)] > 0)
+        a.sub = g.sampling.frequency_penalty * float(count[size_t(t)]) + g.sampling.presence_penalty;
+    }
+    const int64_t pos0 = i == 0 ? 0 : int64_t(seq.size()) - 1;
+    runtime::StepSequence q{1, 0, {}, pos0, std::span<const int32_t>(seq.data() + pos0, seq.size() - size_t(pos0)),
+                            int64_t(g.prompt.size()), true, &greedy, 0, i, dense};
+    runtime::StepInput in{{q}};
+    runtime::StepOutput out;
+    ASSERT_TRUE(r.execute(in, &out).is_ok());
+    ASSERT_EQ(out.sampled.size(), 1u);
+    want.push_back(out.sampled[0].token.token);
+    seq.push_back(want.back());
+  }
+  EXPECT_EQ(got, want);
+}
+
 TEST_F(EngineCpuTest, ConfigurationErrorsSayWhy) {
   EngineConfig c;
   c.max_model_len = 1024;

@@ -2,7 +2,7 @@
 by the official openai package and by curl: models, chat and completions (stream and not),
 reasoning on/off, usage chunks, max_tokens, stop strings (on greedy output, so they are known in
 advance), seeds, logprobs, tokenize/detokenize, metrics, keep-alive comments during a long
-prefill, n choices, and every kind of bad request answered with a 4xx OpenAI error object while the server
+prefill, n choices, logit_bias and penalties, and every kind of bad request answered with a 4xx OpenAI error object while the server
 stays healthy. Usage: python3 tests/python/test_serve_api.py [--bin build/dsv4]"""
 import json
 import os
@@ -101,6 +101,26 @@ def main():
             check(chunks[-1].usage.completion_tokens == 24, chunks[-1])
             chat = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=4, n=2, temperature=0)
             check(len(chat.choices) == 2 and chat.choices[0].message == chat.choices[1].message, chat)
+
+        def bias_and_penalties():
+            # A +100 bias makes one token the greedy choice every time; a presence penalty on top of
+            # +100 biases on three tokens makes each of them win once before repeating any.
+            def tokens(text):
+                return json.loads(srv.request("POST", "/tokenize", {"prompt": text})[2])["tokens"]
+
+            ids = tokens(" apple banana cherry")
+            check(len(ids) == 3, ids)
+            r = client.completions.create(model=MODEL, prompt="Hi", max_tokens=5, temperature=0,
+                                          logit_bias={str(ids[0]): 100}, extra_body={"ignore_eos": True})
+            out = tokens(r.choices[0].text)
+            check(out == [ids[0]] * 5, (out, ids))
+            r = client.completions.create(model=MODEL, prompt="Hi", max_tokens=3, temperature=0, presence_penalty=2,
+                                          logit_bias={str(i): 100 for i in ids}, logprobs=1,
+                                          extra_body={"ignore_eos": True})
+            check(sorted(r.choices[0].logprobs.tokens) == sorted([" apple", " banana", " cherry"]), r.choices[0])
+            r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=4, frequency_penalty=1.0,
+                                               extra_body={"repetition_penalty": 1.3})
+            check(r.usage.completion_tokens == 4 or r.choices[0].finish_reason == "stop", r)
 
         def chat_logprobs():
             r = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=5, logprobs=True,
@@ -227,7 +247,7 @@ def main():
                    ("chat, reasoning off (4 ways)", chat_reasoning_off),
                    ("chat stream with usage", chat_stream_with_usage),
                    ("completions: greedy, seeds, logprobs, stream", completions_greedy_seed_logprobs),
-                   ("n choices", several_choices),
+                   ("n choices", several_choices), ("logit_bias and penalties", bias_and_penalties),
                    ("chat logprobs", chat_logprobs), ("max_tokens 1", max_tokens_one),
                    ("stop strings", stop_strings_on_greedy_text), ("tokenize/detokenize", tokenize_detokenize),
                    ("keep-alive comments during a long prefill", keepalive_during_long_prefill),

@@ -83,22 +83,22 @@ TEST_F(CpuRunnerTest, ChunkedAndInterleavedMatchesTheReference) {
     ASSERT_TRUE(out.failed.empty());
   };
   // Step 1: a's first chunk (no sample) and all of b (sample).
-  step({{1, 0, {}, 0, std::span<const int32_t>(a.data(), 16), 40, false, &greedy, 0, 0},
-        {2, 1, {}, 0, std::span<const int32_t>(b), 9, true, &greedy, 0, 0}});
+  step({{1, 0, {}, 0, std::span<const int32_t>(a.data(), 16), 40, false, &greedy, 0, 0, {}},
+        {2, 1, {}, 0, std::span<const int32_t>(b), 9, true, &greedy, 0, 0, {}}});
   ASSERT_EQ(out.sampled.size(), 1u);
   got_b.push_back(out.sampled[0].token.token);
   EXPECT_EQ(out.sampled[0].token.top.size(), 2u);
   EXPECT_EQ(out.sampled[0].token.top[0].first, got_b[0]);
   EXPECT_FLOAT_EQ(out.sampled[0].token.top[0].second, out.sampled[0].token.logprob);
   // Step 2: a's second chunk and b's decode.
-  step({{1, 0, {}, 16, std::span<const int32_t>(a.data() + 16, 16), 40, false, &greedy, 0, 0},
-        {2, 1, {}, 9, std::span<const int32_t>(&got_b.back(), 1), 9, true, &greedy, 0, 1}});
+  step({{1, 0, {}, 16, std::span<const int32_t>(a.data() + 16, 16), 40, false, &greedy, 0, 0, {}},
+        {2, 1, {}, 9, std::span<const int32_t>(&got_b.back(), 1), 9, true, &greedy, 0, 1, {}}});
   got_b.push_back(out.sampled[0].token.token);
   // Step 3: a's last chunk samples.
-  step({{1, 0, {}, 32, std::span<const int32_t>(a.data() + 32, 8), 40, true, &greedy, 0, 0}});
+  step({{1, 0, {}, 32, std::span<const int32_t>(a.data() + 32, 8), 40, true, &greedy, 0, 0, {}}});
   got_a.push_back(out.sampled[0].token.token);
   for (int i = 1; i < kSteps; ++i) {
-    step({{1, 0, {}, 40 + i - 1, std::span<const int32_t>(&got_a.back(), 1), 40, true, &greedy, 0, i}});
+    step({{1, 0, {}, 40 + i - 1, std::span<const int32_t>(&got_a.back(), 1), 40, true, &greedy, 0, i, {}}});
     got_a.push_back(out.sampled[0].token.token);
   }
   EXPECT_EQ(got_a, want_a);
@@ -106,7 +106,7 @@ TEST_F(CpuRunnerTest, ChunkedAndInterleavedMatchesTheReference) {
 
   // Slot 1 released and reused by a new sequence: it starts from scratch (same tokens as b).
   r.release(2, 1);
-  step({{3, 1, {}, 0, std::span<const int32_t>(b), 9, true, &greedy, 0, 0}});
+  step({{3, 1, {}, 0, std::span<const int32_t>(b), 9, true, &greedy, 0, 0, {}}});
   EXPECT_EQ(out.sampled[0].token.token, want_b[0]);
 }
 
@@ -116,8 +116,8 @@ TEST_F(CpuRunnerTest, BadTokensFailOneSequenceAndBadOptionsAreRefused) {
   SamplingParams sp;
   const std::vector<int32_t> good{1, 2, 3}, bad{1, 5000};
   StepInput in;
-  in.seqs.push_back({1, 0, {}, 0, std::span<const int32_t>(bad), 2, true, &sp, 0, 0});
-  in.seqs.push_back({2, 1, {}, 0, std::span<const int32_t>(good), 3, true, &sp, 0, 0});
+  in.seqs.push_back({1, 0, {}, 0, std::span<const int32_t>(bad), 2, true, &sp, 0, 0, {}});
+  in.seqs.push_back({2, 1, {}, 0, std::span<const int32_t>(good), 3, true, &sp, 0, 0, {}});
   StepOutput out;
   ASSERT_TRUE((*runner)->execute(in, &out).is_ok());
   ASSERT_EQ(out.failed.size(), 1u);
@@ -155,7 +155,7 @@ TEST_F(CpuRunnerTest, NanWeightsFailTheRequestInsteadOfAborting) {
   SamplingParams sp;
   const std::vector<int32_t> ids{1, 2, 3};
   StepInput in;
-  in.seqs.push_back({1, 0, {}, 0, std::span<const int32_t>(ids), 3, true, &sp, 0, 0});
+  in.seqs.push_back({1, 0, {}, 0, std::span<const int32_t>(ids), 3, true, &sp, 0, 0, {}});
   StepOutput out;
   ASSERT_TRUE((*runner)->execute(in, &out).is_ok());
   EXPECT_TRUE(out.sampled.empty());

@@ -46,8 +46,8 @@ TEST(ScriptedRunner, FollowsTheStepProtocol) {
   const std::vector<int32_t> p1 = encode("say loop").value(), p2 = encode("other").value();
   // Step 1: both prompts in chunks; only the chunk that ends a prompt samples.
   StepInput in;
-  in.seqs.push_back({1, 0, {}, 0, std::span<const int32_t>(p1.data(), 4), int64_t(p1.size()), false, &sp, 0, 0});
-  in.seqs.push_back({2, 1, {}, 0, std::span<const int32_t>(p2), int64_t(p2.size()), true, &sp, 0, 0});
+  in.seqs.push_back({1, 0, {}, 0, std::span<const int32_t>(p1.data(), 4), int64_t(p1.size()), false, &sp, 0, 0, {}});
+  in.seqs.push_back({2, 1, {}, 0, std::span<const int32_t>(p2), int64_t(p2.size()), true, &sp, 0, 0, {}});
   StepOutput out;
   ASSERT_TRUE(r.execute(in, &out).is_ok());
   ASSERT_EQ(out.sampled.size(), 1u);
@@ -58,8 +58,8 @@ TEST(ScriptedRunner, FollowsTheStepProtocol) {
   out.clear();
   const int32_t x = 'x';
   in.seqs.push_back({1, 0, {}, 4, std::span<const int32_t>(p1.data() + 4, p1.size() - 4), int64_t(p1.size()), true,
-                     &sp, 0, 0});
-  in.seqs.push_back({2, 1, {}, int64_t(p2.size()), std::span<const int32_t>(&x, 1), int64_t(p2.size()), true, &sp, 0, 1});
+                     &sp, 0, 0, {}});
+  in.seqs.push_back({2, 1, {}, int64_t(p2.size()), std::span<const int32_t>(&x, 1), int64_t(p2.size()), true, &sp, 0, 1, {}});
   ASSERT_TRUE(r.execute(in, &out).is_ok());
   ASSERT_EQ(out.sampled.size(), 2u);
   EXPECT_EQ(out.sampled[0].token.token, 'a');
@@ -68,8 +68,8 @@ TEST(ScriptedRunner, FollowsTheStepProtocol) {
   in.seqs.clear();
   out.clear();
   const int32_t a = 'a', y = 'y';
-  in.seqs.push_back({1, 0, {}, int64_t(p1.size()), std::span<const int32_t>(&a, 1), int64_t(p1.size()), true, &sp, 0, 3});
-  in.seqs.push_back({2, 1, {}, int64_t(p2.size()) + 1, std::span<const int32_t>(&y, 1), int64_t(p2.size()), true, &sp, 0, 2});
+  in.seqs.push_back({1, 0, {}, int64_t(p1.size()), std::span<const int32_t>(&a, 1), int64_t(p1.size()), true, &sp, 0, 3, {}});
+  in.seqs.push_back({2, 1, {}, int64_t(p2.size()) + 1, std::span<const int32_t>(&y, 1), int64_t(p2.size()), true, &sp, 0, 2, {}});
   ASSERT_TRUE(r.execute(in, &out).is_ok());
   EXPECT_EQ(out.sampled[0].token.token, 'b');  // index 3 of "abab..."
   EXPECT_EQ(out.sampled[1].token.token, 1);    // EOS
@@ -77,7 +77,7 @@ TEST(ScriptedRunner, FollowsTheStepProtocol) {
   r.release(1, 0);
   in.seqs.clear();
   out.clear();
-  in.seqs.push_back({1, 0, {}, 0, std::span<const int32_t>(p1), int64_t(p1.size()), true, &sp, 0, 0});
+  in.seqs.push_back({1, 0, {}, 0, std::span<const int32_t>(p1), int64_t(p1.size()), true, &sp, 0, 0, {}});
   ASSERT_TRUE(r.execute(in, &out).is_ok());
   EXPECT_EQ(out.sampled[0].token.token, 'a');
 }

@@ -40,7 +40,8 @@ TEST(ChatRequest, ParsesSamplingAndLimits) {
   ApiError e = chat(R"({"model": "alias", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.5,
                        "top_p": 0.9, "top_k": 5, "min_p": 0.1, "seed": -3, "max_completion_tokens": 7,
                        "stop": "END", "logprobs": true, "top_logprobs": 2, "stream": true,
-                       "stream_options": {"include_usage": true}, "user": "ignored", "presence_penalty": 0})",
+                       "stream_options": {"include_usage": true}, "user": "ignored", "presence_penalty": 0.5,
+                       "frequency_penalty": -1, "repetition_penalty": 1.2, "logit_bias": {"17": -100, "005": 2.5}})",
                     &r);
   ASSERT_TRUE(e.ok()) << e.message;
   EXPECT_FLOAT_EQ(r.common.sampling.temperature, 0.5f);
@@ -52,6 +53,12 @@ TEST(ChatRequest, ParsesSamplingAndLimits) {
   EXPECT_EQ(r.common.sampling.logprobs, 2);
   EXPECT_TRUE(r.common.include_usage);
   EXPECT_EQ(r.thinking, tok::ThinkingMode::kThinking);  // DeepSeek's default
+  EXPECT_FLOAT_EQ(r.common.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.common.sampling.frequency_penalty, -1.0f);
+  EXPECT_FLOAT_EQ(r.common.sampling.repetition_penalty, 1.2f);
+  auto bias = r.common.sampling.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{5, 2.5f}, {17, -100.0f}}));
   // No max_tokens: whatever the context leaves.
   ChatRequest fresh;
   ASSERT_TRUE(chat(R"({"messages": [{"role": "user", "content": "hi"}]})", &fresh).ok());
@@ -91,8 +98,19 @@ TEST(ChatRequest, RefusesBadInputWithTheField) {
        "top_logprobs", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}})", 400,
        "stream_options", ""},
-      {R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 0.5})", 400, "frequency_penalty", ""},
-      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 1}})", 400, "logit_bias", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 2.5})", 400, "frequency_penalty", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "presence_penalty": "1"})", 400, "presence_penalty", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "repetition_penalty": 0})", 400, "repetition_penalty", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": [1]})", 400, "logit_bias", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"x": 1}})", 400, "logit_bias", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"-1": 1}})", 400, "logit_bias", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5 ": 1}})", 400, "logit_bias", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"": 1}})", 400, "logit_bias", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"99999999999999999999": 1}})", 400,
+       "logit_bias", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"129280": 1}})", 400, "logit_bias", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 101}})", 400, "logit_bias", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": "1"}})", 400, "logit_bias", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", 400, "tools", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", 400, "tools", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"name": "f"}}],

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "base/logit_adjust.h"
 #include "base/status.h"
 #include "cuda/common/device_buffer.h"
 
@@ -47,6 +48,12 @@ class SamplerWorkspace {
   DeviceBuffer buf_;
   int max_rows_ = 0, vocab_ = 0;
 };
+
+// logit_bias and the penalties (base/logit_adjust.h), in place, before sample_tokens: for each i < n
+// (device arrays adj [n], rows [n]), logits[rows[i] * ld + adj[i].token] = adjust_logit(that, adj[i]).
+// The (row, token) pairs must be distinct; entries outside [0, B) x [0, V) are skipped.
+Status adjust_logits(float* logits, int64_t ld, int B, int V, const LogitAdjust* adj, const int32_t* rows, int n,
+                     cudaStream_t stream);
 
 // logits: f32 [B, ld] (first V used); params: device [B].
 Status sample_tokens(const float* logits, int64_t ld, int B, int V, const SampleParams* params,
