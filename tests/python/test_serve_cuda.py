@@ -3,8 +3,9 @@ given the model: `python3 tests/python/test_serve_cuda.py --bin build/dsv4 --ser
 --model DIR"` (DIR: a W4A16 checkpoint with the DeepSeek-V4 tokenizer, e.g. `dsv4 make-model --preset
 flash-shaped --layers 2 --layer-types csa,hca --tokenizer third_party/tokenizer/tokenizer.json`).
 Without --serve-args it reports itself skipped (CI has no GPU). Checks chat and completions, streamed
-and not, greedy determinism, seeded sampling, logprobs, 16 concurrent streams in shared batches, a
+and not, greedy determinism, seeded sampling, logprobs, n choices, logit_bias and penalties, 16 concurrent streams in shared batches, a
 client that hangs up mid-stream, and that every KV block is free afterwards."""
+import json
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +59,22 @@ def main():
                                               seed=3)
             check(len(alone.choices[0].text) > 0)
 
+        def choices_bias_penalties():
+            # n choices with a seed are the single answers of seeds s, s + 1; a +100 bias forces
+            # its token; a presence penalty with +100 biases on three tokens uses each once first.
+            singles = [client.completions.create(model=model, prompt="Hi", max_tokens=6, seed=77 + i,
+                                                 temperature=1.0).choices[0].text for i in range(2)]
+            r = client.completions.create(model=model, prompt="Hi", max_tokens=6, seed=77, temperature=1.0, n=2)
+            check([c.text for c in r.choices] == singles, (r, singles))
+            ids = json.loads(srv.request("POST", "/tokenize", {"prompt": " apple banana cherry"})[2])["tokens"]
+            r = client.completions.create(model=model, prompt="Hi", max_tokens=4, temperature=0, logprobs=1,
+                                          logit_bias={str(ids[0]): 100}, extra_body={"ignore_eos": True})
+            check(r.choices[0].logprobs.tokens == [" apple"] * 4, r.choices[0])
+            r = client.completions.create(model=model, prompt="Hi", max_tokens=3, temperature=0, presence_penalty=2,
+                                          logit_bias={str(i): 100 for i in ids}, logprobs=1,
+                                          extra_body={"ignore_eos": True})
+            check(sorted(r.choices[0].logprobs.tokens) == sorted([" apple", " banana", " cherry"]), r.choices[0])
+
         def hang_up():
             stream = client.completions.create(model=model, prompt="Count slowly:", max_tokens=200, stream=True)
             for i, _ in enumerate(stream):
@@ -68,7 +85,8 @@ def main():
             check(metric(ms, "dsv4:kv_blocks_free") == metric(ms, "dsv4:kv_blocks_total"))
 
         run_tests([("chat and streaming", basic), ("greedy, seeded, logprobs", greedy_and_seeded),
-                   ("16 concurrent streams", concurrent), ("client hang-up frees blocks", hang_up)])
+                   ("16 concurrent streams", concurrent), ("n choices, logit_bias, penalties", choices_bias_penalties),
+                   ("client hang-up frees blocks", hang_up)])
         print(srv.output()[-1500:])
 
 
