@@ -4,6 +4,9 @@
 #   2. the issue-6 decode rows (MoE at M = 1; wq_b and wo_b at M = 1, 16), base and main
 #      alternated, two rounds;
 #   3. the 20-layer ladder (B = 1, 32 at 4K), base and main alternated (bench/ab_h200.sh).
+# With SERVE=1, between 1 and 2: the OpenAI server on the CUDA runner (tests/python/test_serve_cuda.py
+# on a 2-layer flash-shaped model), which needs .whl (the openai client's wheels) and
+# third_party/tokenizer carried as well.
 # Every step runs only while DEADLINE seconds (from the start) leave it room. All output is packed
 # into $OUT/all.tgz (the device tool returns only a few files).
 # Carry .carry/{pack,next_new,next_base}.tar.xz: main's binaries with the suffix _new (dsv4_new,
@@ -21,6 +24,17 @@ for t in $B/cuda_*_test_new $B/gpu_*_test_new; do
   timeout 120 $t --gtest_brief=1 --gtest_filter='-*Timing*:*VsCublas*' > $R/$n.log 2>&1
   echo "$n rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/$n.log | tr '\n' ' ') ${SECONDS}s" | tee -a $R/suite.txt
 done
+if [ "${SERVE:-0}" = 1 ] && left 200; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+    export PYTHONPATH=/tmp/site
+  $B/dsv4_new make-model --preset flash-shaped --layers 2 --layer-types csa,hca \
+    --tokenizer third_party/tokenizer/tokenizer.json --out /tmp/serve_model > /dev/null || echo "make-model failed"
+  PYTHONUNBUFFERED=1 timeout 180 python3 tests/python/test_serve_cuda.py --bin $B/dsv4_new \
+    --serve-args "--device cuda --model /tmp/serve_model" > $R/serve_cuda.log 2>&1
+  echo "test_serve_cuda rc=$? ${SECONDS}s" | tee -a $R/suite.txt
+  grep -E "^(ok|FAIL)|rc=|Error|error" $R/serve_cuda.log | head -20
+  rm -rf /tmp/serve_model
+fi
 for r in 1 2; do
   for v in base new; do
     left 120 || break
