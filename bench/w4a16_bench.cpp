@@ -5,8 +5,9 @@
 // Method (METHOD.md): bytes counted up front; every timing is a CUDA graph of L launches replayed
 // many times, timed with CUDA events, median of the replays divided by L; launches rotate over
 // weight sets (and MoE inputs) totalling more than 3x the L2, so weights come from DRAM as they
-// do in a real step. --weights-l2 first reads the decode weights with L2 evict-first priority
-// (arch.h set_weights_evict_first), for an A/B against the default in two runs.
+// do in a real step. --weights-l2 first reads the dense weight streams (dense_stream, dense_tc)
+// with L2 evict-first priority (arch.h set_weights_evict_first), for an A/B against the default in
+// two runs; the W4A16 decode GEMMs no longer take it.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 

@@ -9,8 +9,8 @@
 // the experts the step actually selected, the LM head, the KV entries attention and the indexer
 // read) over the copy bandwidth measured in the same run. Results print and go to JSON.
 // --pdl off launches every kernel plainly (cuda::set_pdl_enabled), to measure what programmatic
-// dependent launch gives on SM90; --weights-l2 first reads the decode weight streams with L2
-// evict-first priority (cuda::set_weights_evict_first); --attention-head-groups 1|4 forces one
+// dependent launch gives on SM90; --weights-l2 first reads the dense weight streams (not the
+// W4A16 GEMMs') with L2 evict-first priority (cuda::set_weights_evict_first); --attention-head-groups 1|4 forces one
 // sparse attention kernel variant for every batch size (the plan switches at n_tokens x 4 head
 // groups > n_sms).
 // --kernel-trace N traces N more graph steps of each batch size with CUPTI (gpu/kernel_trace.h)

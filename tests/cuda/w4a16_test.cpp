@@ -538,32 +538,6 @@ TEST(W4A16Decode, DeferredSplitSumEqualsGemm) {
   EXPECT_GT(deferred, 0) << "wo_b at decode sizes should defer its split-K sum";
 }
 
-// Weights read with L2 evict-first priority (arch.h set_weights_evict_first) change where lines
-// sit in L2, never a value: every decode size of three shapes gives the same bits either way
-// (the dense weight stream's twin is checked in dense_test.cpp).
-TEST(W4A16Decode, EvictFirstWeightsGiveTheSameBits) {
-  DSV4_SKIP_WITHOUT_GPU();
-  for (int si : {3, 1, 7}) {  // wo_b (split-K), wq_b, wq_a+wkv
-    const ShapeSpec sh = flash_shapes()[size_t(si)];
-    for (int m : {1, 3, 16, 32}) {
-      SCOPED_TRACE(sh.name + " M=" + std::to_string(m));
-      const std::vector<float> x = random_bf16_values(int64_t(m) * sh.k, 9700 + 5 * uint64_t(si) + uint64_t(m), 1.0f);
-      DeviceBuffer dx = upload_vector(to_bf16(x));
-      std::vector<uint16_t> y[2];
-      for (int first : {0, 1}) {
-        const ScopedWeightsEvictFirst l2(first != 0);
-        DeviceBuffer dy = device_alloc(size_t(m) * sh.n * 2);
-        poison(dy);
-        DSV4_ASSERT_OK(w4a16_gemm(make_gemm_args(sh, dx, dy, m, sh.n), workspace(), nullptr));
-        DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
-        y[first] = download<uint16_t>(dy.get(), size_t(m) * sh.n);
-      }
-      EXPECT_EQ(y[1], y[0]);
-      check_gemm_output(sh, x, y[1], m, sh.n, 8, 9800 + uint64_t(m), sh.name + " evict-first");
-    }
-  }
-}
-
 // The planner's wgmma rule (a host function: runs without a GPU), on the H200's 132 SMs, against
 // the prefill lab's winners (bench/results/w4a16_h200_prefill_lab.json, and for the widths of the
 // warp-specialized kernel with its TMA producer w4a16_h200_prefill_lab_tma_256_1024_4096.log).

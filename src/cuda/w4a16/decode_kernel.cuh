@@ -10,9 +10,9 @@
 //     complete on the slot's mbarrier (wq_b at M = 1: 7.77 -> 7.0 us, wo_b 10.2 -> 9.3 on the
 //     H200, bench/results/w4a16_h200_bulk_ab.log). Warps never wait for each other inside the K
 //     loop (only __syncwarp), so a warp whose data arrived computes while the others' requests
-//     are in flight. With GemmKernelArgs::evict_first (arch.h set_weights_evict_first) both
-//     paths read the weights with an L2 evict-first policy, so that they do not push the step's
-//     reused data (kernel code, activations) out of L2.
+//     are in flight. (An L2 evict-first policy on these copies, a runtime switch from 58676de,
+//     bought nothing in the step and cost wo_b ~0.5 us at M = 1: removed,
+//     bench/results/wob_bisect_h100.)
 //   - The weights of the first `stages` groups are requested before the PDL wait (they do not
 //     depend on the previous kernel); the A block (tile rows x the block's K range, bf16) is
 //     staged once in smem after it and shared by all warps.
@@ -124,8 +124,10 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   if (!kF16 && p.mode == GemmMode::kDense) {  // the fp16 twins run the MoE GEMMs only
     // Tiles of a_rows (<= BM) rows: BM, or fewer so that M 9..16 can run as two tiles of at most
     // 8 rows on the swapped-operand path (complete_launch's tile_rows).
+    // The explicit bound by BM keeps what the compiler knew before a_rows existed: without it
+    // wo_b at M = 1 took 0.3-0.4 us longer (H100, bench/results/wob_bisect_h100).
     row_begin = z * p.a_rows;
-    rows = min(p.a_rows, p.m - row_begin);
+    rows = min(min(p.a_rows, T::kBM), p.m - row_begin);
   } else if (z < p.n_shared_tiles) {
     shared_tile = true;
     expert = p.shared_expert;
@@ -194,28 +196,15 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
       if (lane == 0) {
         const uint32_t bar = bar0 + slot * 8;
         mbar_arrive_expect_tx(bar, kDecodeSlotBytes);
-        if (p.evict_first) {
-          const uint64_t pol = l2_evict_first_policy();
-          bulk_g2s_hint(dst, w_tile + int64_t(g) * 256, 4096, bar, pol);
-          bulk_g2s_hint(dst + 4096, s_tile + g * 64, 128, bar, pol);
-        } else {
-          bulk_g2s(dst, w_tile + int64_t(g) * 256, 4096, bar);
-          bulk_g2s(dst + 4096, s_tile + g * 64, 128, bar);
-        }
+        bulk_g2s(dst, w_tile + int64_t(g) * 256, 4096, bar);
+        bulk_g2s(dst + 4096, s_tile + g * 64, 128, bar);
       }
 #endif
     } else {
       const uint4* src = w_tile + int64_t(g) * 256 + lane;
-      if (p.evict_first) {
-        const uint64_t pol = l2_evict_first_policy();
 #pragma unroll
-        for (int j = 0; j < 8; ++j) cp_async16_hint(dst + lane * 16 + j * 512, src + j * 32, pol);
-        if (lane < 8) cp_async16_hint(dst + 4096 + lane * 16, s_tile + g * 64 + lane * 8, pol);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) cp_async16(dst + lane * 16 + j * 512, src + j * 32, true);
-        if (lane < 8) cp_async16(dst + 4096 + lane * 16, s_tile + g * 64 + lane * 8, true);
-      }
+      for (int j = 0; j < 8; ++j) cp_async16(dst + lane * 16 + j * 512, src + j * 32, true);
+      if (lane < 8) cp_async16(dst + 4096 + lane * 16, s_tile + g * 64 + lane * 8, true);
     }
   };
   // The slot of item i has landed (cp.async: the later items' groups may still be in flight).

@@ -297,7 +297,6 @@ bool use_pdl(int64_t blocks, int splits, const GemmConfigInfo& ci, const DeviceI
 Status launch_gemm(GemmConfig cfg, const GemmKernelArgs& args_in, dim3 grid, size_t smem, cudaStream_t stream,
                    bool pdl) {
   GemmKernelArgs args = args_in;
-  args.evict_first = weights_evict_first();  // read by the decode configurations only
   switch (cfg) {
     case GemmConfig::kD16N64: return launch_gemm_d16n64(args, grid, smem, stream, pdl);
     // The MoE GEMMs' tiles of at most 8 rows run in fp16 (decode_kernel.cuh); dense ones in bf16.

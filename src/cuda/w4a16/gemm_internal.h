@@ -44,8 +44,6 @@ struct GemmKernelArgs {
   int stages = 0, a_rows = 0, a_groups = 0;
   int cluster_splits = 0;            // decode, SM90: splits > 1 launched as (1, splits, 1) clusters
                                      // that add their partials through DSMEM; 0: global partials
-  bool evict_first = false;          // decode: weights read with L2 evict-first priority (set by
-                                     // launch_gemm from arch.h weights_evict_first())
   __nv_bfloat16* c = nullptr;        // kDense: y; kMoeUp: act [pairs, N/2]; kMoeDown: down_out [pairs, N]
   int64_t ldc = 0;
   float* partials = nullptr;         // f32 [tiles][splits][BM][BN] when splits > 1
