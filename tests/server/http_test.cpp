@@ -99,6 +99,26 @@ class HttpTest : public ::testing::Test {
     EXPECT_TRUE(j["error"]["message"].is_string());
     EXPECT_TRUE(j["error"].contains("param") && j["error"].contains("code"));
   }
+  // Posts a streaming completion and hangs up after its third chunk; then waits until the
+  // engine has counted `aborts` more aborted requests (or 2 s).
+  static void stream_and_hang_up(const std::string& body, uint64_t aborts) {
+    const uint64_t aborts_before = engine_->metrics().finished_abort;
+    httplib::Client c = client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body;
+    req.set_header("Content-Type", "application/json");
+    int chunks = 0;
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
+    c.send(req);
+    EXPECT_GE(chunks, 3);
+    c.stop();
+    // The engine notices within a step or two, long before the request's max_tokens.
+    for (int i = 0; i < 200 && engine_->metrics().finished_abort < aborts_before + aborts; ++i)
+      std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(engine_->metrics().finished_abort, aborts_before + aborts);
+  }
   static void expect_idle() {
     EngineMetrics m;
     for (int i = 0; i < 200; ++i) {
@@ -223,21 +243,7 @@ TEST_F(HttpTest, SeveralChoices) {
 
 // A client that hangs up on a stream of several choices aborts all of them.
 TEST_F(HttpTest, ClientHangingUpAbortsEveryChoice) {
-  const uint64_t aborts_before = engine_->metrics().finished_abort;
-  httplib::Client c = client();
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.body = R"({"prompt": "sing forever", "max_tokens": 1500, "stream": true, "n": 3})";
-  req.set_header("Content-Type", "application/json");
-  int chunks = 0;
-  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
-  c.send(req);
-  EXPECT_GE(chunks, 3);
-  c.stop();
-  for (int i = 0; i < 200 && engine_->metrics().finished_abort < aborts_before + 3; ++i)
-    std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(engine_->metrics().finished_abort, aborts_before + 3);
+  stream_and_hang_up(R"({"prompt": "sing forever", "max_tokens": 1500, "stream": true, "n": 3})", 3);
   expect_idle();
 }
 
@@ -357,21 +363,7 @@ TEST_F(HttpTest, TokenizeRoundTrip) {
 }
 
 TEST_F(HttpTest, ClientHangingUpMidStreamAbortsTheRequest) {
-  const uint64_t aborts_before = engine_->metrics().finished_abort;
-  httplib::Client c = client();
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.body = R"({"prompt": "sing forever", "max_tokens": 1500, "stream": true})";
-  req.set_header("Content-Type", "application/json");
-  int chunks = 0;
-  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
-  auto r = c.send(req);
-  EXPECT_GE(chunks, 3);
-  c.stop();
-  // The engine notices within a step or two; the request ends as aborted, long before 1500 tokens.
-  for (int i = 0; i < 200 && engine_->metrics().finished_abort == aborts_before; ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(engine_->metrics().finished_abort, aborts_before + 1);
+  stream_and_hang_up(R"({"prompt": "sing forever", "max_tokens": 1500, "stream": true})", 1);
   EXPECT_LT(engine_->metrics().generation_tokens_total, 1000u);
   expect_idle();
 }
