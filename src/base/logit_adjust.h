@@ -28,8 +28,8 @@ struct LogitAdjust {
 };
 static_assert(sizeof(LogitAdjust) == 16, "LogitAdjust is copied to the GPU as is");
 
-// Every step rounded on its own: on the device, the explicit intrinsics keep nvcc from fusing
-// x * rep - sub into one FMA, which the host does not do.
+// Every step rounded on its own, so that host and device agree bit for bit: on the device the
+// explicit intrinsics keep nvcc from fusing x * rep - sub into one FMA, on the host a volatile.
 DSV4_ADJUST_HD float adjust_logit(float x, const LogitAdjust& a) {
 #if defined(__CUDA_ARCH__)
   x = __fadd_rn(x, a.bias);
@@ -37,7 +37,12 @@ DSV4_ADJUST_HD float adjust_logit(float x, const LogitAdjust& a) {
   return __fsub_rn(x, a.sub);
 #else
   x += a.bias;
-  if (a.rep != 1.0f) x = x > 0.0f ? x / a.rep : x * a.rep;
+  if (a.rep != 1.0f) {
+    // volatile: a host compiler allowed to contract (FMA targets, GNU modes) must not fuse
+    // x * rep - sub either.
+    volatile float scaled = x > 0.0f ? x / a.rep : x * a.rep;
+    x = scaled;
+  }
   return x - a.sub;
 #endif
 }

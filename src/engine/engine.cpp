@@ -124,6 +124,9 @@ Result<RequestStream> Engine::Impl::submit(GenerationRequest g) {
     return st;
   }
   auto r = std::make_unique<Request>();
+  // Outside the inbox lock, which the engine thread takes every step: with a repetition penalty
+  // this sorts the prompt's tokens.
+  r->penalties.init(g.sampling, g.prompt);
   auto stream = std::make_shared<engine_detail::StreamState>();
   {
     std::lock_guard<std::mutex> lk(inbox_mu);
@@ -147,7 +150,6 @@ Result<RequestStream> Engine::Impl::submit(GenerationRequest g) {
     r->tokens = std::move(g.prompt);
     r->tokens.reserve(size_t(r->n_prompt + g.stop.max_tokens));
     r->sampling = g.sampling;
-    r->penalties.init(r->sampling, r->tokens);
     r->seed = g.sampling.has_seed ? g.sampling.seed : mix_seed(sampling_seed, r->seq_id);
     r->text = std::make_unique<engine_detail::TextOutput>(tokenizer, g.stop.skip_special_tokens, g.stop.stop);
     r->stop = std::move(g.stop);

@@ -119,8 +119,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::load(const EngineConfig& cfg) {
   // Decode graphs for 1, 2, 4, ... and max_num_seqs itself (>= 1: checked above).
   for (int b = 1; b <= cfg.max_num_seqs; b *= 2) o.graph_batch_sizes.push_back(b);
   if (o.graph_batch_sizes.back() != cfg.max_num_seqs) o.graph_batch_sizes.push_back(cfg.max_num_seqs);
-  DSV4_ASSIGN_OR_RETURN(r->model_, gpu::GpuModel::load(*r->cfg_, *r->weights_, o));
+  // The sampler's buffers first: the model sizes its KV pool from the memory left after them.
   DSV4_ASSIGN_OR_RETURN(r->dev_, Device::create(cfg.max_num_seqs, r->cfg_->vocab_size));
+  DSV4_ASSIGN_OR_RETURN(r->model_, gpu::GpuModel::load(*r->cfg_, *r->weights_, o));
 
   RunnerInfo& info = r->info_;
   info.name = "cuda";

@@ -34,6 +34,12 @@ ApiError parse_logit_bias(const Json& lb, int32_t vocab_size, std::vector<std::p
                          "logit_bias");
     out->emplace_back(int32_t(id), float(value.get<double>()));
   }
+  // "7" and "07" are one token.
+  std::vector<int32_t> ids;
+  for (const auto& [id, b] : *out) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  if (const auto dup = std::adjacent_find(ids.begin(), ids.end()); dup != ids.end())
+    return bad_request(fmt::format("'logit_bias' names token {} twice", *dup), "logit_bias");
   return ApiError{};
 }
 

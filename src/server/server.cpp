@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -299,9 +300,13 @@ void HttpServer::Impl::respond_whole(httplib::Response& res, std::vector<Request
       return;
     }
     for (auto& e : events) e.clear();
-    if (RequestStream::wait_any(streams, &events, kPollInterval))
+    if (RequestStream::wait_any(streams, &events, kPollInterval)) {
       for (size_t i = 0; i < events.size(); ++i)
         if (!events[i].empty()) responder.consume(i, events[i], &unused);
+    } else if (std::all_of(streams.begin(), streams.end(), [](const RequestStream& s) { return s.done(); })) {
+      // Cannot happen (each final event finishes its choice), but would spin here.
+      return send_error(res, server_error("the request's streams ended early"));
+    }
   }
   // After an error, the choices still running stop here (a no-op for finished ones).
   for (RequestStream& s : streams) s.abort();
@@ -338,6 +343,14 @@ void HttpServer::Impl::respond_stream(httplib::Response& res, std::vector<Reques
     }
     std::vector<std::vector<TokenEvent>> events;
     while (!RequestStream::wait_any(p->streams, &events, kPollInterval)) {
+      // Every stream ended without finishing the response: cannot happen (each final event
+      // finishes its choice), but would spin here; end the stream with an error instead.
+      if (std::all_of(p->streams.begin(), p->streams.end(), [](const RequestStream& s) { return s.done(); })) {
+        p->gone = true;
+        const std::string end = sse_data(server_error("the request's streams ended early").to_json()) + kSseDone;
+        sink.write(end.data(), end.size());
+        return false;
+      }
       if (!sink.is_writable()) {
         client_gone();
         return false;

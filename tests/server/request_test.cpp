@@ -109,6 +109,7 @@ TEST(ChatRequest, RefusesBadInputWithTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"99999999999999999999": 1}})", 400,
        "logit_bias", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"129280": 1}})", 400, "logit_bias", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"7": 1, "07": 2}})", 400, "logit_bias", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 101}})", 400, "logit_bias", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": "1"}})", 400, "logit_bias", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", 400, "tools", ""},
