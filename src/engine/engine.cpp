@@ -112,8 +112,8 @@ Status Engine::Impl::validate(const GenerationRequest& r) const {
     ids.push_back(id);
   }
   std::sort(ids.begin(), ids.end());
-  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end())
-    return invalid_argument("logit_bias names token {} twice", *std::adjacent_find(ids.begin(), ids.end()));
+  if (const auto dup = std::adjacent_find(ids.begin(), ids.end()); dup != ids.end())
+    return invalid_argument("logit_bias names token {} twice", *dup);
   return Status::ok();
 }
 

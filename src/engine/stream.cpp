@@ -19,16 +19,13 @@ void engine_detail::StreamState::push(TokenEvent ev) {
 
 namespace {
 
-// Moves the pending events of s into *out without waiting; true if there were any.
-bool take_pending(StreamState& s, std::vector<TokenEvent>* out) {
-  std::lock_guard<std::mutex> lk(s.mu);
-  if (s.final_taken || s.events.empty()) return false;
+// Moves s's pending events into *out, noting when the final one goes. The caller holds s.mu.
+void take_locked(StreamState& s, std::vector<TokenEvent>* out) {
   while (!s.events.empty()) {
     if (s.events.front().finish != FinishReason::kNone) s.final_taken = true;
     out->push_back(std::move(s.events.front()));
     s.events.pop_front();
   }
-  return true;
 }
 
 }  // namespace
@@ -55,8 +52,13 @@ bool RequestStream::wait_any(std::span<RequestStream> streams, std::vector<std::
     bool any = false, open = false;
     for (size_t i = 0; i < streams.size(); ++i) {
       if (!streams[i].s_) continue;
-      any = take_pending(*streams[i].s_, &(*out)[i]) || any;
-      open = open || !streams[i].done();
+      StreamState& st = *streams[i].s_;
+      std::lock_guard<std::mutex> lk(st.mu);
+      if (!st.final_taken && !st.events.empty()) {
+        take_locked(st, &(*out)[i]);
+        any = true;
+      }
+      open = open || !st.final_taken;
     }
     if (any) return true;
     if (!open) return false;
@@ -85,11 +87,7 @@ bool RequestStream::wait(std::vector<TokenEvent>* out, std::chrono::milliseconds
   std::unique_lock<std::mutex> lk(s_->mu);
   if (s_->final_taken) return false;
   if (!s_->cv.wait_for(lk, timeout, [&] { return !s_->events.empty(); })) return false;
-  while (!s_->events.empty()) {
-    if (s_->events.front().finish != FinishReason::kNone) s_->final_taken = true;
-    out->push_back(std::move(s_->events.front()));
-    s_->events.pop_front();
-  }
+  take_locked(*s_, out);
   return true;
 }
 

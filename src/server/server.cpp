@@ -39,6 +39,11 @@ constexpr int kMaxHttpThreads = 4096;  // a thread per open connection
 
 int64_t unix_now() { return int64_t(std::time(nullptr)); }
 
+// Every stream of a request has given its final event.
+bool all_done(const std::vector<RequestStream>& streams) {
+  return std::all_of(streams.begin(), streams.end(), [](const RequestStream& s) { return s.done(); });
+}
+
 // The method a known path takes ("" for an unknown path): a known path asked for with another
 // method is a 405 that names the right method, not a 404 that says the route does not exist.
 const char* route_method(const std::string& path) {
@@ -303,7 +308,7 @@ void HttpServer::Impl::respond_whole(httplib::Response& res, std::vector<Request
     if (RequestStream::wait_any(streams, &events, kPollInterval)) {
       for (size_t i = 0; i < events.size(); ++i)
         if (!events[i].empty()) responder.consume(i, events[i], &unused);
-    } else if (std::all_of(streams.begin(), streams.end(), [](const RequestStream& s) { return s.done(); })) {
+    } else if (all_done(streams)) {
       // Cannot happen (each final event finishes its choice), but would spin here.
       return send_error(res, server_error("the request's streams ended early"));
     }
@@ -345,7 +350,7 @@ void HttpServer::Impl::respond_stream(httplib::Response& res, std::vector<Reques
     while (!RequestStream::wait_any(p->streams, &events, kPollInterval)) {
       // Every stream ended without finishing the response: cannot happen (each final event
       // finishes its choice), but would spin here; end the stream with an error instead.
-      if (std::all_of(p->streams.begin(), p->streams.end(), [](const RequestStream& s) { return s.done(); })) {
+      if (all_done(p->streams)) {
         p->gone = true;
         const std::string end = sse_data(server_error("the request's streams ended early").to_json()) + kSseDone;
         sink.write(end.data(), end.size());
