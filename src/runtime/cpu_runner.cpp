@@ -60,7 +60,7 @@ Result<std::unique_ptr<CpuRunner>> CpuRunner::load(const std::string& model_dir,
   info.kv_layout = layout.summary() + " (accounting: the CPU reference keeps its own fp32 state)";
   info.kv_block_bytes = layout.block_bytes;
   info.kv_slot_bytes = layout.slot_bytes();
-  info.manifest.push_back("sampling: host (greedy, temperature, min-p, top-k, top-p; counter-based RNG)");
+  info.manifest.push_back("sampling: host (logit_bias and penalties, then greedy, temperature, min-p, top-k, top-p; counter-based RNG)");
   std::string summary = r->cfg_->summary();
   while (!summary.empty() && summary.back() == '\n') summary.pop_back();
   std::string indented;

@@ -137,7 +137,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::load(const EngineConfig& cfg) {
                                       "--cpu-numerics bf16)",
                                       r->device_));
   for (const std::string& line : r->model_->manifest()) info.manifest.push_back(line);
-  info.manifest.push_back("sampling: GPU (greedy, temperature, min-p, top-k, top-p; counter-based RNG as the host "
+  info.manifest.push_back("sampling: GPU (logit_bias and penalties, then greedy, temperature, min-p, top-k, top-p; counter-based RNG as the host "
                           "sampler)");
   return r;
 }
