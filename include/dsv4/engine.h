@@ -217,6 +217,10 @@ class Engine {
   // max_tokens over max_model_len: the request can never fit), kResourceExhausted (the wait
   // queue is full, or the engine is shutting down: retry later).
   Result<RequestStream> submit(GenerationRequest request);
+  // Queues several requests (the n choices of one API request) all or none: the streams in the
+  // group's order, or one error for the group (the first invalid request's, or a queue without
+  // room for all of them) and nothing queued.
+  Result<std::vector<RequestStream>> submit_group(std::vector<GenerationRequest> group);
 
   EngineMetrics metrics() const;
   const EngineLimits& limits() const;

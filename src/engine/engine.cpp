@@ -118,47 +118,63 @@ Status Engine::Impl::validate(const GenerationRequest& r) const {
 }
 
 Result<RequestStream> Engine::Impl::submit(GenerationRequest g) {
-  if (Status st = validate(g); !st.is_ok()) {
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(g));
+  DSV4_ASSIGN_OR_RETURN(std::vector<RequestStream> streams, submit_group(std::move(one)));
+  return std::move(streams.front());
+}
+
+Result<std::vector<RequestStream>> Engine::Impl::submit_group(std::vector<GenerationRequest> group) {
+  auto refused = [this](Status st) {
     std::lock_guard<std::mutex> lk(metrics.mu);
     ++metrics.counters.refused_total;
     return st;
-  }
-  auto r = std::make_unique<Request>();
-  // Outside the inbox lock, which the engine thread takes every step: with a repetition penalty
-  // this sorts the prompt's tokens.
-  r->penalties.init(g.sampling, g.prompt);
-  auto stream = std::make_shared<engine_detail::StreamState>();
-  {
-    std::lock_guard<std::mutex> lk(inbox_mu);
-    Status refuse;
-    if (stopping) {
-      refuse = Status(StatusCode::kResourceExhausted, "the engine is shutting down");
-    } else if (int64_t(inbox.size()) + n_queued_total >= config.max_waiting) {
-      refuse = Status(StatusCode::kResourceExhausted,
-                      fmt::format("the wait queue is full ({} requests); retry later", config.max_waiting));
-    }
-    if (!refuse.is_ok()) {
-      std::lock_guard<std::mutex> mk(metrics.mu);
-      ++metrics.counters.refused_total;
-      return refuse;
-    }
-    r->seq_id = next_seq_id++;
-    stream->seq_id = r->seq_id;
-    stream->wakeup = wakeup;
+  };
+  if (group.empty()) return refused(invalid_argument("a request group needs at least one request"));
+  if (int64_t(group.size()) > config.max_waiting)
+    return refused(invalid_argument("{} requests at once cannot queue: the wait queue holds {} (--max-waiting)",
+                                    group.size(), config.max_waiting));
+  for (const GenerationRequest& g : group)
+    if (Status st = validate(g); !st.is_ok()) return refused(st);
+  // Built outside the inbox lock, which the engine thread takes every step: with a repetition
+  // penalty this sorts the prompt's tokens.
+  std::vector<std::unique_ptr<Request>> built;
+  std::vector<RequestStream> streams;
+  for (GenerationRequest& g : group) {
+    auto r = std::make_unique<Request>();
+    r->penalties.init(g.sampling, g.prompt);
+    r->stream = std::make_shared<engine_detail::StreamState>();
+    r->stream->wakeup = wakeup;
     r->external_id = std::move(g.id);
     r->n_prompt = int64_t(g.prompt.size());
     r->tokens = std::move(g.prompt);
     r->tokens.reserve(size_t(r->n_prompt + g.stop.max_tokens));
     r->sampling = g.sampling;
-    r->seed = g.sampling.has_seed ? g.sampling.seed : mix_seed(sampling_seed, r->seq_id);
     r->text = std::make_unique<engine_detail::TextOutput>(tokenizer, g.stop.skip_special_tokens, g.stop.stop);
     r->stop = std::move(g.stop);
     r->arrival = g.arrival;
-    r->stream = stream;
-    inbox.push_back(std::move(r));
+    built.push_back(std::move(r));
+  }
+  {
+    std::lock_guard<std::mutex> lk(inbox_mu);
+    // All or nothing: a group admitted in part would leave its other choices to be refused.
+    if (stopping) return refused(Status(StatusCode::kResourceExhausted, "the engine is shutting down"));
+    if (int64_t(inbox.size()) + n_queued_total + int64_t(built.size()) > config.max_waiting)
+      return refused(Status(StatusCode::kResourceExhausted,
+                            built.size() == 1
+                                ? fmt::format("the wait queue is full ({} requests); retry later", config.max_waiting)
+                                : fmt::format("the wait queue ({} requests) has no room for {} more; retry later",
+                                              config.max_waiting, built.size())));
+    for (auto& r : built) {
+      r->seq_id = next_seq_id++;
+      r->stream->seq_id = r->seq_id;
+      r->seed = r->sampling.has_seed ? r->sampling.seed : mix_seed(sampling_seed, r->seq_id);
+      streams.push_back(RequestStream(r->stream));
+      inbox.push_back(std::move(r));
+    }
   }
   wakeup->notify();
-  return RequestStream(std::move(stream));
+  return streams;
 }
 
 void Engine::Impl::take_inbox(bool* stop) {
@@ -488,6 +504,9 @@ Result<std::unique_ptr<Engine>> Engine::start(const EngineConfig& c, std::unique
 }
 
 Result<RequestStream> Engine::submit(GenerationRequest request) { return impl_->submit(std::move(request)); }
+Result<std::vector<RequestStream>> Engine::submit_group(std::vector<GenerationRequest> group) {
+  return impl_->submit_group(std::move(group));
+}
 
 EngineMetrics Engine::metrics() const {
   EngineMetrics m = impl_->metrics.snapshot();

@@ -25,6 +25,7 @@ struct Engine::Impl {
   ~Impl();
 
   Result<RequestStream> submit(GenerationRequest request);
+  Result<std::vector<RequestStream>> submit_group(std::vector<GenerationRequest> group);
   void run();  // the engine thread
   void shutdown();
 

@@ -263,23 +263,25 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, const std::s
 
   meta.n = int(common->n);
 
-  // One engine request per choice. With a seed, choice i samples with seed + i (as vLLM does),
-  // so that the choices differ and each one is reproducible.
-  std::vector<RequestStream> streams;
-  streams.reserve(size_t(meta.n));
+  // One engine request per choice, queued all or none. With a seed, choice i samples with
+  // seed + i (as vLLM does), so that the choices differ and each one is reproducible.
+  std::vector<GenerationRequest> group(size_t(meta.n));
   for (int i = 0; i < meta.n; ++i) {
-    GenerationRequest g;
+    GenerationRequest& g = group[size_t(i)];
     g.id = meta.n == 1 ? meta.id : fmt::format("{}-{}", meta.id, i);
     g.prompt = i + 1 == meta.n ? std::move(common->prompt) : common->prompt;
     g.sampling = common->sampling;
     if (g.sampling.has_seed) g.sampling.seed += uint64_t(i);
     g.stop = i + 1 == meta.n ? std::move(common->stop) : common->stop;
     g.arrival = arrival;
-    auto submitted = eng.submit(std::move(g));
-    // The choices already submitted are aborted as `streams` goes out of scope.
-    if (!submitted.is_ok()) return send_error(res, from_status(submitted.status(), chat ? "messages" : "prompt"));
-    streams.push_back(std::move(submitted).value());
   }
+  if (meta.n > eng.config().max_waiting)  // the group could never queue whole
+    return send_error(res, bad_request(fmt::format("n = {} is more than the server queues at once ({})", meta.n,
+                                                   eng.config().max_waiting),
+                                       "n"));
+  auto submitted = eng.submit_group(std::move(group));
+  if (!submitted.is_ok()) return send_error(res, from_status(submitted.status(), chat ? "messages" : "prompt"));
+  std::vector<RequestStream> streams = std::move(submitted).value();
 
   std::unique_ptr<Responder> responder =
       chat ? make_chat_responder(meta, chat_req.thinking, tok) : make_completion_responder(meta, tok);

@@ -289,6 +289,54 @@ TEST(Engine, RefusesWithReasons) {
   EXPECT_GE(e->metrics().refused_total, 5u);
 }
 
+// The n choices of one API request queue all or none: a group that does not fit is refused
+// whole and takes no place in the queue; one invalid member refuses the group.
+TEST(Engine, AGroupQueuesWholeOrNotAtAll) {
+  DSV4_REQUIRE_TOKENIZER();
+  EngineConfig c;
+  c.max_num_seqs = 1;
+  c.max_waiting = 2;
+  auto e = start(scripted(kScript, 5), c);
+  auto group_of = [](int n, int max_tokens) {
+    std::vector<GenerationRequest> g;
+    for (int i = 0; i < n; ++i) g.push_back(request("hi", max_tokens));
+    return g;
+  };
+  EXPECT_EQ(e->submit_group({}).status().code(), StatusCode::kInvalidArgument);
+  auto too_many = e->submit_group(group_of(3, 4));
+  EXPECT_EQ(too_many.status().code(), StatusCode::kInvalidArgument);  // more than the queue ever holds
+  EXPECT_NE(too_many.status().message().find("holds 2"), std::string::npos) << too_many.status().message();
+
+  auto a = e->submit(request("sing forever", 40));  // running: the one sequence slot
+  std::vector<TokenEvent> evs;
+  while (evs.empty()) a->wait(&evs, 50ms);
+  auto b = e->submit(request("hi", 8));  // waiting: one place of two left
+  ASSERT_TRUE(b.is_ok());
+  auto g2 = e->submit_group(group_of(2, 4));
+  EXPECT_EQ(g2.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(g2.status().message().find("no room for 2"), std::string::npos) << g2.status().message();
+  std::vector<GenerationRequest> bad = group_of(1, 4);
+  bad.push_back(request("hi", 4));
+  bad.back().sampling.temperature = -1.0f;
+  EXPECT_EQ(e->submit_group(std::move(bad)).status().code(), StatusCode::kInvalidArgument);
+  // Neither refused group took the last place.
+  auto g1 = e->submit_group(group_of(1, 8));
+  ASSERT_TRUE(g1.is_ok());
+  ASSERT_EQ(g1->size(), 1u);
+  EXPECT_EQ(collect(*b).text, "Hello from the script.");
+  EXPECT_EQ(collect(g1->front()).text, "Hello from the script.");
+  collect(*a);
+
+  // With room, every stream of a group runs to its end.
+  auto g3 = e->submit_group(group_of(2, 8));
+  ASSERT_TRUE(g3.is_ok());
+  ASSERT_EQ(g3->size(), 2u);
+  EXPECT_NE((*g3)[0].seq_id(), (*g3)[1].seq_id());
+  for (RequestStream& s : *g3) EXPECT_EQ(collect(s).text, "Hello from the script.");
+  expect_idle(*e);
+  EXPECT_EQ(e->metrics().refused_total, 4u);
+}
+
 TEST(Engine, AModelOfHugeLengthServesWhatThePoolHolds) {
   DSV4_REQUIRE_TOKENIZER();
   // A checkpoint claiming 2^40 positions, with the pool sized automatically: the block count for

@@ -420,6 +420,41 @@ TEST_F(HttpTest, NonStreamingRequestEndedByShutdownIsA503) {
   s.stop();
 }
 
+// n choices queue as one group: more than the wait queue ever holds is a 400 on n, and a group
+// that fits runs whole.
+TEST_F(HttpTest, ChoicesBeyondTheWaitQueueAreA400OnN) {
+  const tok::Tokenizer* t = v4_tokenizer();
+  auto script = runtime::parse_script(kScript, "test", [t](std::string_view x) { return t->encode(x, true); });
+  ASSERT_TRUE(script.is_ok());
+  auto runner = std::make_unique<runtime::ScriptedRunner>(
+      std::move(script).value(), [t](std::span<const int32_t> ids) { return t->decode(ids, false).value(); },
+      t->n_ids(), 1, 1 << 16, "test");
+  EngineConfig ec;
+  ec.max_model_len = 2048;
+  ec.max_num_seqs = 1;
+  ec.max_waiting = 3;
+  auto e = Engine::start(ec, std::move(runner), t);
+  ASSERT_TRUE(e.is_ok());
+  std::unique_ptr<Engine> engine = std::move(e).value();
+  ServerConfig sc;
+  sc.port = 0;
+  HttpServer s(sc);
+  ASSERT_TRUE(s.start().is_ok());
+  s.set_ready(engine.get(), t);
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_read_timeout(20, 0);
+  auto r = c.Post("/v1/completions", R"({"prompt": "hi", "n": 4, "max_tokens": 3})", "application/json");
+  expect_error(r, 400, "invalid_request_error");
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "n") << r->body;
+  EXPECT_EQ(engine->metrics().n_waiting + engine->metrics().n_running, 0);
+  r = c.Post("/v1/completions", R"({"prompt": "hi", "n": 3, "max_tokens": 3})", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["choices"].size(), 3u);
+  engine->shutdown();
+  s.stop();
+}
+
 TEST_F(HttpTest, ApiKey) {
   ServerConfig sc;
   sc.port = 0;
