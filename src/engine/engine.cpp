@@ -131,7 +131,7 @@ Result<std::vector<RequestStream>> Engine::Impl::submit_group(std::vector<Genera
     return st;
   };
   if (group.empty()) return refused(invalid_argument("a request group needs at least one request"));
-  if (int64_t(group.size()) > config.max_waiting)
+  if (group.size() > 1 && int64_t(group.size()) > config.max_waiting)  // one request: "queue full" below
     return refused(invalid_argument("{} requests at once cannot queue: the wait queue holds {} (--max-waiting)",
                                     group.size(), config.max_waiting));
   for (const GenerationRequest& g : group)

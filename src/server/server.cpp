@@ -275,7 +275,7 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, const std::s
     g.stop = i + 1 == meta.n ? std::move(common->stop) : common->stop;
     g.arrival = arrival;
   }
-  if (meta.n > eng.config().max_waiting)  // the group could never queue whole
+  if (meta.n > 1 && meta.n > eng.config().max_waiting)  // the group could never queue whole
     return send_error(res, bad_request(fmt::format("n = {} is more than the server queues at once ({})", meta.n,
                                                    eng.config().max_waiting),
                                        "n"));
