@@ -91,6 +91,57 @@ __device__ __forceinline__ void cp_async_wait_upto(int pending) {
   }
 }
 
+// The last split block of a dense tile: adds the tile's fp32 partials in split order and writes
+// the sums as bf16 straight from the summing registers (no shared tile, barrier and reload into
+// the accumulators; the same rounding of the same sums). Out of line: inlined, it made ptxas
+// spill in the 128-register kernel (sm_90; on sm_86 the call spills too, so SM86 keeps the tile).
+template <int kBM, int kBN, int kThreads>
+__device__ __noinline__ void split_sum_to_bf16(const float* part, int splits, int rows, __nv_bfloat16* c,
+                                               int64_t ldc, int col0, int n) {
+  constexpr int kC4 = kBN / 4;
+  constexpr int64_t kStride = kBM * kBN / 4;
+  constexpr int kBatch = 8;
+  const int total = rows * kC4;
+  for (int idx0 = threadIdx.x; idx0 < total; idx0 += 2 * kThreads) {
+    const float4* src[2];
+    float4 sum[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int idx = min(idx0 + h * kThreads, total - 1);  // a clamped duplicate is never stored
+      src[h] = reinterpret_cast<const float4*>(part + (idx / kC4) * kBN) + idx % kC4;
+      sum[h] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (int sp = 0; sp < splits; sp += kBatch) {
+      float4 v[2][kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (sp + u < splits) v[h][u] = __ldcg(src[h] + (sp + u) * kStride);
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (sp + u < splits) {
+            sum[h].x += v[h][u].x;
+            sum[h].y += v[h][u].y;
+            sum[h].z += v[h][u].z;
+            sum[h].w += v[h][u].w;
+          }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int idx = idx0 + h * kThreads;
+      const int col = col0 + (idx % kC4) * 4;  // 64-column tiles past n were never computed
+      if (idx < total && col < n) {
+        uint32_t* out = reinterpret_cast<uint32_t*>(c + int64_t(idx / kC4) * ldc + col);
+        out[0] = pack_bf16x2(sum[h].x, sum[h].y);
+        out[1] = pack_bf16x2(sum[h].z, sum[h].w);
+      }
+    }
+  }
+}
+
 template <int FM, int WN, int WK, bool kF16>
 __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBlocks)
     w4a16_decode_kernel(const GemmKernelArgs p) {
@@ -598,6 +649,15 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
       trace_stamp(p.trace, 3);
       return;
     }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // SM90 only: on sm_86 the out-of-line call makes ptxas spill (its call frame).
+    if (!kF16 && p.mode == GemmMode::kDense) {
+      split_sum_to_bf16<T::kBM, T::kBN, T::kThreads>(part, p.splits, rows, p.c + int64_t(row_begin) * p.ldc,
+                                                     p.ldc, nb * T::kBN, p.n);
+      trace_stamp(p.trace, 3);
+      return;
+    }
+#endif
     float* tile = reinterpret_cast<float*>(smem);
     constexpr int kC4 = T::kBN / 4;
     constexpr int64_t kStride = T::kBM * T::kBN / 4;
