@@ -40,8 +40,10 @@
 //     the critical path, made them ~0.6 us slower at M = 1.
 //   - The WK warps of a tile add their sums through smem in wk order; split-K over blocks
 //     (grid.y) and the epilogues (GemmMode) are as in the tiled kernel: fp32 partials, the last
-//     block to arrive adds them in split order (deterministic); where the measured table asks
-//     for it, an SM90 cluster of the splits adds them through DSMEM instead. The kernel sits at
+//     block to arrive adds them in split order (deterministic) and, on SM90 for a dense tile,
+//     writes the sums as bf16 from its registers (split_sum_to_bf16; wo_b at M = 1 10.0 -> 9.6
+//     us on the H100); where the measured table asks for it, an SM90 cluster of the splits adds
+//     them through DSMEM instead. The kernel sits at
 //     the 128-register bound of two blocks per SM, and the build fails on any spill
 //     (src/cuda/CMakeLists.txt): a spread sum by all split blocks spilled and slowed every launch.
 //     With GemmKernelArgs::defer_sum (w4a16_gemm_deferred) the blocks stop after their partials
