@@ -39,18 +39,10 @@ class HttpTest : public ::testing::Test {
   static void SetUpTestSuite() {
     const tok::Tokenizer* t = v4_tokenizer();
     if (t == nullptr) return;
-    auto s = runtime::parse_script(kScript, "test", [t](std::string_view x) { return t->encode(x, true); });
-    ASSERT_TRUE(s.is_ok());
-    s->step_delay_ms = 3;
-    auto runner = std::make_unique<runtime::ScriptedRunner>(
-        std::move(s).value(),
-        [t](std::span<const int32_t> ids) { return t->decode(ids, false).value(); }, t->n_ids(), 1, 1 << 16, "test");
     EngineConfig ec;
-    ec.max_model_len = 2048;
     ec.max_num_seqs = 8;
-    auto e = Engine::start(ec, std::move(runner), t);
-    ASSERT_TRUE(e.is_ok());
-    engine_ = std::move(e).value().release();
+    engine_ = scripted_engine(ec).release();
+    ASSERT_NE(engine_, nullptr);
     ServerConfig sc;
     sc.port = 0;
     sc.served_model_names = {"m"};
@@ -59,6 +51,21 @@ class HttpTest : public ::testing::Test {
     server_ = new HttpServer(sc);
     ASSERT_TRUE(server_->start().is_ok());
     server_->set_ready(engine_, t);
+  }
+  // An engine of config ec (max_model_len 2048) on the scripted runner, 3 ms a step; null
+  // without the tokenizer or if it does not start.
+  static std::unique_ptr<Engine> scripted_engine(EngineConfig ec) {
+    const tok::Tokenizer* t = v4_tokenizer();
+    if (t == nullptr) return nullptr;
+    auto s = runtime::parse_script(kScript, "test", [t](std::string_view x) { return t->encode(x, true); });
+    if (!s.is_ok()) return nullptr;
+    s->step_delay_ms = 3;
+    auto runner = std::make_unique<runtime::ScriptedRunner>(
+        std::move(s).value(),
+        [t](std::span<const int32_t> ids) { return t->decode(ids, false).value(); }, t->n_ids(), 1, 1 << 16, "test");
+    ec.max_model_len = 2048;
+    auto e = Engine::start(ec, std::move(runner), t);
+    return e.is_ok() ? std::move(e).value() : nullptr;
   }
   static void TearDownTestSuite() {
     if (engine_ != nullptr) engine_->shutdown();
@@ -389,17 +396,8 @@ TEST_F(HttpTest, ClientHangingUpOnANonStreamingRequestAbortsIt) {
 // with an error object where the completion should be.
 TEST_F(HttpTest, NonStreamingRequestEndedByShutdownIsA503) {
   const tok::Tokenizer* t = v4_tokenizer();
-  auto script = runtime::parse_script(kScript, "test", [t](std::string_view x) { return t->encode(x, true); });
-  ASSERT_TRUE(script.is_ok());
-  script->step_delay_ms = 3;
-  auto runner = std::make_unique<runtime::ScriptedRunner>(
-      std::move(script).value(), [t](std::span<const int32_t> ids) { return t->decode(ids, false).value(); },
-      t->n_ids(), 1, 1 << 16, "test");
-  EngineConfig ec;
-  ec.max_model_len = 2048;
-  auto e = Engine::start(ec, std::move(runner), t);
-  ASSERT_TRUE(e.is_ok());
-  std::unique_ptr<Engine> engine = std::move(e).value();
+  std::unique_ptr<Engine> engine = scripted_engine(EngineConfig{});
+  ASSERT_NE(engine, nullptr);
   ServerConfig sc;
   sc.port = 0;
   HttpServer s(sc);
@@ -423,24 +421,16 @@ TEST_F(HttpTest, NonStreamingRequestEndedByShutdownIsA503) {
 // n choices queue as one group: more than the wait queue ever holds is a 400 on n, and a group
 // that fits runs whole.
 TEST_F(HttpTest, ChoicesBeyondTheWaitQueueAreA400OnN) {
-  const tok::Tokenizer* t = v4_tokenizer();
-  auto script = runtime::parse_script(kScript, "test", [t](std::string_view x) { return t->encode(x, true); });
-  ASSERT_TRUE(script.is_ok());
-  auto runner = std::make_unique<runtime::ScriptedRunner>(
-      std::move(script).value(), [t](std::span<const int32_t> ids) { return t->decode(ids, false).value(); },
-      t->n_ids(), 1, 1 << 16, "test");
   EngineConfig ec;
-  ec.max_model_len = 2048;
   ec.max_num_seqs = 1;
   ec.max_waiting = 3;
-  auto e = Engine::start(ec, std::move(runner), t);
-  ASSERT_TRUE(e.is_ok());
-  std::unique_ptr<Engine> engine = std::move(e).value();
+  std::unique_ptr<Engine> engine = scripted_engine(ec);
+  ASSERT_NE(engine, nullptr);
   ServerConfig sc;
   sc.port = 0;
   HttpServer s(sc);
   ASSERT_TRUE(s.start().is_ok());
-  s.set_ready(engine.get(), t);
+  s.set_ready(engine.get(), v4_tokenizer());
   httplib::Client c("127.0.0.1", s.port());
   c.set_read_timeout(20, 0);
   auto r = c.Post("/v1/completions", R"({"prompt": "hi", "n": 4, "max_tokens": 3})", "application/json");

@@ -93,13 +93,13 @@ __device__ __forceinline__ void cp_async_wait_upto(int pending) {
   }
 }
 
-// The last split block of a dense tile: adds the tile's fp32 partials in split order and writes
-// the sums as bf16 straight from the summing registers (no shared tile, barrier and reload into
-// the accumulators; the same rounding of the same sums). Out of line: inlined, it made ptxas
-// spill in the 128-register kernel (sm_90; on sm_86 the call spills too, so SM86 keeps the tile).
-template <int kBM, int kBN, int kThreads>
-__device__ __noinline__ void split_sum_to_bf16(const float* part, int splits, int rows, __nv_bfloat16* c,
-                                               int64_t ldc, int col0, int n) {
+// The last split block's sum: adds the tile's fp32 partials [splits][kBM][kBN] in split order
+// (the same bits wherever it runs) and hands each float4 of the tile's first `rows` rows to
+// store(idx, sum), idx = row * kBN / 4 + column / 4. Bound by L2 latency: every load of a round
+// (two float4 of the tile per thread, up to 8 splits each: 16 requests) goes out before the
+// first add.
+template <int kBM, int kBN, int kThreads, class Store>
+__device__ __forceinline__ void add_split_partials(const float* part, int splits, int rows, Store store) {
   constexpr int kC4 = kBN / 4;
   constexpr int64_t kStride = kBM * kBN / 4;
   constexpr int kBatch = 8;
@@ -132,16 +132,28 @@ __device__ __noinline__ void split_sum_to_bf16(const float* part, int splits, in
           }
     }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int idx = idx0 + h * kThreads;
-      const int col = col0 + (idx % kC4) * 4;  // 64-column tiles past n were never computed
-      if (idx < total && col < n) {
-        uint32_t* out = reinterpret_cast<uint32_t*>(c + int64_t(idx / kC4) * ldc + col);
-        out[0] = pack_bf16x2(sum[h].x, sum[h].y);
-        out[1] = pack_bf16x2(sum[h].z, sum[h].w);
-      }
-    }
+    for (int h = 0; h < 2; ++h)
+      if (idx0 + h * kThreads < total) store(idx0 + h * kThreads, sum[h]);
   }
+}
+
+// A dense tile's last split block on SM90: the sums go out as bf16 straight from the adding
+// registers (no shared tile, barrier and reload into the accumulators; the same rounding of the
+// same sums). c points at the tile's first row and column col0. Out of line: inlined, it made
+// ptxas spill in the 128-register kernel (sm_90; on sm_86 the call spills too, so SM86 keeps the
+// tile).
+template <int kBM, int kBN, int kThreads>
+__device__ __noinline__ void split_sum_to_bf16(const float* part, int splits, int rows, __nv_bfloat16* c,
+                                               int64_t ldc, int col0, int n) {
+  add_split_partials<kBM, kBN, kThreads>(part, splits, rows, [&](int idx, float4 sum) {
+    constexpr int kC4 = kBN / 4;
+    const int col = col0 + (idx % kC4) * 4;  // 64-column tiles past n were never computed
+    if (col < n) {
+      uint32_t* out = reinterpret_cast<uint32_t*>(c + int64_t(idx / kC4) * ldc + col);
+      out[0] = pack_bf16x2(sum.x, sum.y);
+      out[1] = pack_bf16x2(sum.z, sum.w);
+    }
+  });
 }
 
 template <int FM, int WN, int WK, bool kF16>
@@ -661,46 +673,10 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
     }
 #endif
     float* tile = reinterpret_cast<float*>(smem);
-    constexpr int kC4 = T::kBN / 4;
-    constexpr int64_t kStride = T::kBM * T::kBN / 4;
-    // The sum is this block's serial tail, bound by L2 latency: every load of a round (two float4
-    // of the tile per thread, up to 8 splits each: 16 requests) goes out before the first add.
-    // Splits are added in order 0, 1, ... as always (the same bits).
-    constexpr int kBatch = 8;
-    const int total = rows * kC4;
-    for (int idx0 = tid; idx0 < total; idx0 += 2 * T::kThreads) {
-      const float4* src[2];
-      float4 sum[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int idx = min(idx0 + h * T::kThreads, total - 1);  // a clamped duplicate is never stored
-        src[h] = reinterpret_cast<const float4*>(part + (idx / kC4) * T::kBN) + idx % kC4;
-        sum[h] = make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-      for (int sp = 0; sp < p.splits; sp += kBatch) {
-        float4 v[2][kBatch];
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (sp + u < p.splits) v[h][u] = __ldcg(src[h] + (sp + u) * kStride);
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (sp + u < p.splits) {
-              sum[h].x += v[h][u].x;
-              sum[h].y += v[h][u].y;
-              sum[h].z += v[h][u].z;
-              sum[h].w += v[h][u].w;
-            }
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int idx = idx0 + h * T::kThreads;
-        if (idx < total) reinterpret_cast<float4*>(tile + (idx / kC4) * T::kBN)[idx % kC4] = sum[h];
-      }
-    }
+    add_split_partials<T::kBM, T::kBN, T::kThreads>(part, p.splits, rows, [&](int idx, float4 sum) {
+      constexpr int kC4 = T::kBN / 4;
+      reinterpret_cast<float4*>(tile + (idx / kC4) * T::kBN)[idx % kC4] = sum;
+    });
     __syncthreads();
     load_acc(tile);
   }
