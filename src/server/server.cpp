@@ -263,6 +263,12 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, const std::s
 
   meta.n = int(common->n);
 
+  // A group that could never queue whole, refused before n copies of the prompt are made.
+  if (meta.n > 1 && meta.n > eng.config().max_waiting)
+    return send_error(res, bad_request(fmt::format("n = {} is more than the server queues at once ({})", meta.n,
+                                                   eng.config().max_waiting),
+                                       "n"));
+
   // One engine request per choice, queued all or none. With a seed, choice i samples with
   // seed + i (as vLLM does), so that the choices differ and each one is reproducible.
   std::vector<GenerationRequest> group(size_t(meta.n));
@@ -275,10 +281,6 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, const std::s
     g.stop = i + 1 == meta.n ? std::move(common->stop) : common->stop;
     g.arrival = arrival;
   }
-  if (meta.n > 1 && meta.n > eng.config().max_waiting)  // the group could never queue whole
-    return send_error(res, bad_request(fmt::format("n = {} is more than the server queues at once ({})", meta.n,
-                                                   eng.config().max_waiting),
-                                       "n"));
   auto submitted = eng.submit_group(std::move(group));
   if (!submitted.is_ok()) return send_error(res, from_status(submitted.status(), chat ? "messages" : "prompt"));
   std::vector<RequestStream> streams = std::move(submitted).value();

@@ -664,7 +664,7 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
       return;
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    // SM90 only: on sm_86 the out-of-line call makes ptxas spill (its call frame).
+    // SM90 only (split_sum_to_bf16 says why).
     if (!kF16 && p.mode == GemmMode::kDense) {
       split_sum_to_bf16<T::kBM, T::kBN, T::kThreads>(part, p.splits, rows, p.c + int64_t(row_begin) * p.ldc,
                                                      p.ldc, nb * T::kBN, p.n);
