@@ -86,7 +86,8 @@ struct TokenEvent {
   int32_t stop_token = -1;
   Status error;                       // why, when finish == kError
   int32_t n_prompt_tokens = 0;        // final event only
-  int32_t n_cached_tokens = 0;        // prompt tokens served from a prefix cache (none yet: 0)
+  int32_t n_cached_tokens = 0;        // prompt tokens not computed: copied from the request's first
+                                      // choice (n > 1); no prefix cache yet
   int32_t n_output_tokens = 0;        // final event only
 };
 
@@ -190,6 +191,7 @@ struct EngineMetrics {
   uint64_t prompt_tokens_total = 0;       // prompt tokens of requests that were scheduled
   uint64_t generation_tokens_total = 0;
   uint64_t computed_tokens_total = 0;     // tokens run through the model (recompute included)
+  uint64_t forked_prompt_tokens_total = 0; // prompt tokens copied between the choices of a request
   uint64_t preemptions_total = 0;
   uint64_t steps_total = 0;
   uint64_t finished_stop = 0, finished_length = 0, finished_abort = 0, finished_error = 0;

@@ -155,6 +155,14 @@ Result<std::vector<RequestStream>> Engine::Impl::submit_group(std::vector<Genera
     r->arrival = g.arrival;
     built.push_back(std::move(r));
   }
+  // Choices of one prompt compute it once (Scheduler: forks) where the runner can copy a
+  // sequence's state; a one-token prompt has nothing to share.
+  if (runner->can_fork() && built.size() > 1 && built.front()->n_prompt >= 2) {
+    const bool same = std::all_of(built.begin() + 1, built.end(),
+                                  [&](const auto& r) { return r->tokens == built.front()->tokens; });
+    if (same)
+      for (size_t i = 1; i < built.size(); ++i) built[i]->fork_parent = built.front().get();
+  }
   {
     std::lock_guard<std::mutex> lk(inbox_mu);
     // All or nothing: a group admitted in part would leave its other choices to be refused.
@@ -183,7 +191,7 @@ void Engine::Impl::take_inbox(bool* stop) {
     std::lock_guard<std::mutex> lk(inbox_mu);
     fresh.swap(inbox);
     *stop = stopping;
-    n_queued_total = int64_t(scheduler.waiting().size() + fresh.size());  // fresh joins waiting below
+    n_queued_total = scheduler.n_waiting() + int64_t(fresh.size());  // fresh joins waiting below
   }
   for (auto& r : fresh) {
     Request* p = r.get();
@@ -208,7 +216,7 @@ void Engine::Impl::finish(Request* r, FinishReason reason, TokenEvent ev, Status
   ev.error = std::move(error);
   ev.n_prompt_tokens = int32_t(r->n_prompt);
   ev.n_output_tokens = int32_t(r->n_output());
-  ev.n_cached_tokens = 0;
+  ev.n_cached_tokens = int32_t(r->n_forked);
   const int32_t slot = r->slot;
   scheduler.remove(r);
   runner->release(r->seq_id, slot);
@@ -236,19 +244,44 @@ void Engine::Impl::finish(Request* r, FinishReason reason, TokenEvent ev, Status
   requests.erase(r->seq_id);  // r is gone from here on
 }
 
+void Engine::Impl::make_forks(StepPlan* plan) {
+  const std::vector<std::pair<Request*, Request*>> forks = plan->forks;
+  for (const auto& [src, dst] : forks) {
+    runtime::ForkSpec f;
+    f.src_seq = src->seq_id;
+    f.dst_seq = dst->seq_id;
+    f.src_slot = src->slot;
+    f.dst_slot = dst->slot;
+    f.src_blocks = src->blocks.blocks();
+    f.dst_blocks = dst->blocks.blocks();
+    f.n_tokens = dst->n_forked;
+    const Status st = runner->fork(f);
+    if (!st.is_ok()) {
+      // Not the request's fault: it computes its prompt itself instead.
+      fmt::print(stderr, "engine: request {} computes its prompt itself: {}\n", dst->external_id, st.to_string());
+      const int32_t slot = dst->slot;
+      scheduler.unfork(dst, plan);
+      runner->release(dst->seq_id, slot);
+      continue;
+    }
+    std::lock_guard<std::mutex> lk(metrics.mu);
+    metrics.counters.forked_prompt_tokens_total += uint64_t(f.n_tokens);
+  }
+}
+
 void Engine::Impl::update_gauges() {
   size_t n_inbox;
   {
     std::lock_guard<std::mutex> lk(inbox_mu);
     // The inbox is counted live by submit: counted here as well, a request that arrived between
     // take_inbox and this update was counted twice for the whole step (a spurious "queue full").
-    n_queued_total = int64_t(scheduler.waiting().size());
+    n_queued_total = scheduler.n_waiting();
     n_inbox = inbox.size();
   }
   std::lock_guard<std::mutex> lk(metrics.mu);
   EngineMetrics& c = metrics.counters;
   c.n_running = int64_t(scheduler.running().size());
-  c.n_waiting = int64_t(scheduler.waiting().size() + n_inbox);
+  c.n_waiting = scheduler.n_waiting() + int64_t(n_inbox);
   c.kv_blocks_total = scheduler.blocks().n_total();
   c.kv_blocks_free = scheduler.blocks().n_free();
   c.slots_total = scheduler.slots().n_total();
@@ -390,7 +423,9 @@ void Engine::Impl::run() {
     take_inbox(&stop);
     if (stop) break;
     reap_aborts();
-    const StepPlan plan = scheduler.schedule();
+    StepPlan plan = scheduler.schedule();
+    // Forks first: a first choice preempted in this plan still holds its state until released.
+    make_forks(&plan);
     for (const auto& [r, slot] : plan.preempted) runner->release(r->seq_id, slot);
     if (plan.empty()) {
       // Nothing runnable: with nothing running, every waiting request fits (submit refuses the

@@ -33,6 +33,8 @@ struct Engine::Impl {
   void take_inbox(bool* stop);
   void reap_aborts();
   void step(const engine_detail::StepPlan& plan);
+  // Has the runner copy the plan's forked choices' state (a failed fork recomputes instead).
+  void make_forks(engine_detail::StepPlan* plan);
   // ev.stop_string: the text after the stop string is dropped, not flushed.
   void finish(engine_detail::Request* r, FinishReason reason, TokenEvent ev, Status error = Status::ok());
   void update_gauges();

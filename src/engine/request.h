@@ -30,6 +30,13 @@ struct Request {
   std::unique_ptr<TextOutput> text;
   PenaltyState penalties;       // logit_bias and penalties as logit adjustments (empty: none)
 
+  // The n choices of one request share their prompt (runtime::ForkSpec): the first computes it
+  // and the others wait on it, then continue from a copy of its state after the prompt's
+  // last-but-one token (each feeds the last one itself, so each samples its own first token).
+  Request* fork_parent = nullptr;       // set while this choice waits for that one
+  std::vector<Request*> fork_children;  // choices waiting for this one, in choice order
+  int64_t n_forked = 0;                 // prompt tokens copied from the first choice (0: none)
+
   RequestState state = RequestState::kWaiting;
   int64_t n_computed = 0;       // tokens whose KV state exists (reset to 0 by a preemption)
   kv::BlockTable blocks;

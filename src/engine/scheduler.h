@@ -17,6 +17,13 @@
 //  (vLLM's recompute policy). Its stream is untouched; the counter-based sampler draws the same
 //  tokens again. Nothing is admitted in a step that preempted. Because max_model_len fits in the
 //  pool, the oldest request can always proceed, so the engine never deadlocks.
+//  Forks (the n choices of one request, Request::fork_parent): the waiting choices are not in the
+//  queue; their first choice feeds its prompt up to the last-but-one token, and the next plan
+//  first gives each waiting choice a slot and blocks and lists it in StepPlan::forks (the engine
+//  has the runner copy the state before the step), so all choices feed the last prompt token
+//  together. A choice that finds no room then joins the front of the queue and computes its
+//  prompt itself; if the first choice ends before that point (abort, error), the next choice
+//  takes its place.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +51,7 @@ struct ScheduledSeq {
 struct StepPlan {
   std::vector<ScheduledSeq> seqs;
   std::vector<std::pair<Request*, int32_t>> preempted;  // (request, its former slot): the runner forgets them
+  std::vector<std::pair<Request*, Request*>> forks;     // (first choice, choice): copy state before the step
   int64_t n_tokens = 0;
   int32_t n_decode = 0;
   bool empty() const { return seqs.empty(); }
@@ -53,23 +61,35 @@ class Scheduler {
  public:
   explicit Scheduler(const SchedulerConfig& cfg);
 
-  void add(Request* r);            // joins the back of the wait queue
+  void add(Request* r);            // joins the back of the wait queue, or its fork_parent's choices
   StepPlan schedule();
   // Removes a request from wherever it is and frees its blocks and slot.
   void remove(Request* r);
+  // A fork of this plan that the runner could not make: the choice leaves the plan, frees its
+  // slot and blocks and joins the front of the queue to compute its prompt itself.
+  void unfork(Request* r, StepPlan* plan);
 
   const std::deque<Request*>& waiting() const { return waiting_; }
+  // Requests not running: the queue and the choices waiting for their first choice's prompt.
+  int64_t n_waiting() const { return int64_t(waiting_.size()) + n_fork_waiting_; }
   const std::vector<Request*>& running() const { return running_; }
   const kv::BlockPool& blocks() const { return blocks_; }
   const kv::BlockPool& slots() const { return slots_; }
 
  private:
   void preempt(Request* r, StepPlan* plan);
+  // Takes r out of this plan and the running list, frees its KV and puts it at the queue's front.
+  void requeue(Request* r, StepPlan* plan);
   void release_kv(Request* r);
+  void make_forks(StepPlan* plan);
+  // The prompt tokens r may feed now: all it has pending, except that a first choice with
+  // waiting choices stops before its prompt's last token.
+  static int64_t feedable(const Request* r);
 
   SchedulerConfig cfg_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;  // admission order, oldest first
+  int64_t n_fork_waiting_ = 0;     // choices in some running or waiting request's fork_children
   kv::BlockPool blocks_;
   kv::BlockPool slots_;
 };

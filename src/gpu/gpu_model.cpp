@@ -473,6 +473,30 @@ bool GpuModel::last_step_replayed_graph() const { return impl_->last_graph; }
 void GpuModel::release_slot(int slot) {
   if (slot >= 0 && size_t(slot) < impl_->slot_next_pos.size()) impl_->slot_next_pos[size_t(slot)] = 0;
 }
+Status GpuModel::fork_slot(int src, int dst, std::span<const int32_t> src_blocks,
+                           std::span<const int32_t> dst_blocks, int64_t n_tokens) {
+  Impl& m = *impl_;
+  const int slots = m.opts.max_seqs;
+  if (src < 0 || src >= slots || dst < 0 || dst >= slots || src == dst)
+    return invalid_argument("fork_slot: slots {} -> {} must differ and lie in [0, {})", src, dst, slots);
+  if (n_tokens < 1 || m.slot_next_pos[size_t(src)] != n_tokens)
+    return invalid_argument("fork_slot: slot {} holds {} tokens, the fork copies {}", src,
+                            m.slot_next_pos[size_t(src)], n_tokens);
+  const int64_t need = blocks_for_positions(n_tokens);
+  for (const auto& [name, table] : {std::pair{"source", src_blocks}, {"destination", dst_blocks}}) {
+    if (int64_t(table.size()) < need)
+      return invalid_argument("fork_slot: the {} block table has {} blocks, {} tokens need {}", name, table.size(),
+                              n_tokens, need);
+    for (int64_t b = 0; b < need; ++b)
+      if (table[size_t(b)] < 0 || table[size_t(b)] >= m.opts.n_kv_blocks)
+        return invalid_argument("fork_slot: {} block {} is outside the pool [0, {})", name, table[size_t(b)],
+                                m.opts.n_kv_blocks);
+  }
+  DSV4_RETURN_IF_ERROR(copy_sequence_state(m.kv, src, dst, src_blocks, dst_blocks, n_tokens, m.so.stream));
+  m.slot_next_pos[size_t(dst)] = n_tokens;
+  return Status::ok();
+}
+
 void GpuModel::set_graph_replay(bool enabled) { impl_->graph_replay = enabled; }
 void GpuModel::set_profiling(bool enabled) { impl_->profiling = enabled; }
 std::vector<std::pair<std::string, double>> GpuModel::last_profile() const { return impl_->last_prof; }

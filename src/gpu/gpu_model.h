@@ -91,6 +91,13 @@ class GpuModel {
   // stale continuation is refused instead of attending to the old sequence's window and state.
   // Out-of-range slots are ignored.
   void release_slot(int slot);
+  // Slot dst continues from slot src's sequence as it is now (n_tokens long): copies src's window
+  // rings and compressor states to dst and the compressed records of the blocks covering n_tokens
+  // from src_blocks to dst_blocks, on the model's stream (ordered after the last step; no host
+  // synchronization). Errors (nothing copied): a slot out of range or src == dst, src not
+  // n_tokens long, a block table too short or a block id outside the pool.
+  Status fork_slot(int src, int dst, std::span<const int32_t> src_blocks, std::span<const int32_t> dst_blocks,
+                   int64_t n_tokens);
 
   // Device logits of the last forward ([n_logits, vocab] f32, row stride vocab) and the stream, for
   // sampling on the device without a host round trip (the runner). After an all_rows step it

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "base/status.h"
@@ -32,14 +33,23 @@ KvStateSizes kv_state_sizes(const ModelConfig& cfg, const std::vector<LayerDevic
 
 struct LayerKvState {
   cuda::LayerKvView view;            // window, chunk, entries, index_keys, ratio, record sizes
-  float* comp_state = nullptr;       // f32 [max_seqs][compressor_state_floats(comp)]; CSA/HCA
-  float* idx_state = nullptr;        // f32 [max_seqs][compressor_state_floats(idx_comp)]; CSA
+  float* comp_state = nullptr;       // f32 [max_seqs][comp_state_floats]; CSA/HCA
+  float* idx_state = nullptr;        // f32 [max_seqs][idx_state_floats]; CSA
+  int64_t comp_state_floats = 0;     // compressor_state_floats(comp) (0: none)
+  int64_t idx_state_floats = 0;      // compressor_state_floats(idx_comp) (0: none)
 };
 
 struct KvState {
   KvStateSizes sizes;
   std::vector<LayerKvState> layers;
 };
+
+// Enqueues on `stream` the copy of one sequence's state after n_tokens tokens into another: slot
+// src_slot's window rings and compressor states to dst_slot, and the compressed records of the
+// blocks covering n_tokens (whole blocks, consecutive ids in one copy) from src_blocks to
+// dst_blocks. The caller has checked the slots, the tables' lengths and the block ids.
+Status copy_sequence_state(const KvState& kv, int src_slot, int dst_slot, std::span<const int32_t> src_blocks,
+                           std::span<const int32_t> dst_blocks, int64_t n_tokens, void* stream);
 
 // Allocates everything `sizes` describes (cleared, so that no stale bits are ever NaN).
 Result<KvState> create_kv_state(const ModelConfig& cfg, const std::vector<LayerDeviceWeights>& layers,

@@ -124,6 +124,23 @@ Status CpuRunner::execute(const StepInput& in, StepOutput* out) {
   return Status::ok();
 }
 
+Status CpuRunner::fork(const ForkSpec& f) {
+  if (f.src_slot < 0 || size_t(f.src_slot) >= slots_.size() || slot_seq_[size_t(f.src_slot)] != f.src_seq ||
+      slots_[size_t(f.src_slot)] == nullptr)
+    return invalid_argument("fork: slot {} does not hold sequence {}", f.src_slot, f.src_seq);
+  auto copy = std::make_unique<cpu::SequenceState>(*slots_[size_t(f.src_slot)]);
+  if (copy->pos != f.n_tokens)
+    return invalid_argument("fork: sequence {} is at position {}, not {}", f.src_seq, copy->pos, f.n_tokens);
+  if (f.dst_slot < 0 || f.dst_slot == f.src_slot) return invalid_argument("fork: bad destination slot {}", f.dst_slot);
+  if (size_t(f.dst_slot) >= slots_.size()) {
+    slots_.resize(size_t(f.dst_slot) + 1);
+    slot_seq_.resize(size_t(f.dst_slot) + 1, -1);
+  }
+  slots_[size_t(f.dst_slot)] = std::move(copy);
+  slot_seq_[size_t(f.dst_slot)] = f.dst_seq;
+  return Status::ok();
+}
+
 void CpuRunner::release(int64_t seq_id, int32_t slot) {
   if (slot < 0 || size_t(slot) >= slots_.size()) return;  // never ran (aborted while queued)
   if (slot_seq_[size_t(slot)] != seq_id) return;

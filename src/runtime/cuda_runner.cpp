@@ -260,6 +260,10 @@ Status CudaRunner::execute(const StepInput& in, StepOutput* out) {
   return Status::ok();
 }
 
+Status CudaRunner::fork(const ForkSpec& f) {
+  return model_->fork_slot(f.src_slot, f.dst_slot, f.src_blocks, f.dst_blocks, f.n_tokens);
+}
+
 void CudaRunner::release(int64_t seq_id, int32_t slot) {
   // Nothing to free: a slot's window ring and compressor state are overwritten by the next
   // sequence that starts in it (pos0 == 0), and its KV blocks belong to the engine's pool. The

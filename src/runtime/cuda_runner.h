@@ -32,6 +32,8 @@ class CudaRunner : public ModelRunner {
   Status on_engine_thread_start() override;
   Status execute(const StepInput& in, StepOutput* out) override;
   void release(int64_t seq_id, int32_t slot) override;
+  bool can_fork() const override { return true; }
+  Status fork(const ForkSpec& f) override;  // device copies (gpu::GpuModel::fork_slot)
 
   const ModelConfig& model_config() const { return *cfg_; }
 

@@ -39,6 +39,16 @@ struct StepInput {
   std::vector<StepSequence> seqs;
 };
 
+// A copy of one sequence's state after its first n_tokens tokens into a fresh sequence: the n
+// choices of one request share their prompt's computation (the engine forks the others from the
+// first). Block tables in position order, both covering n_tokens; the source keeps running.
+struct ForkSpec {
+  int64_t src_seq = 0, dst_seq = 0;
+  int32_t src_slot = 0, dst_slot = 0;
+  std::span<const int32_t> src_blocks, dst_blocks;
+  int64_t n_tokens = 0;  // the source's length: exactly what it has computed
+};
+
 struct SampledToken {
   int64_t seq_id = 0;
   TokenLogprob token;  // token id, its logprob, and the requested top-k
@@ -77,6 +87,13 @@ class ModelRunner {
   virtual Status execute(const StepInput& in, StepOutput* out) = 0;
   // Forgets a sequence's state (finished, aborted or preempted); its slot may be reused next step.
   virtual void release(int64_t seq_id, int32_t slot) = 0;
+  // Whether fork() is implemented: without it the engine computes every choice's prompt itself.
+  virtual bool can_fork() const { return false; }
+  // Makes dst_seq continue from src_seq's state after f.n_tokens tokens (ForkSpec). Called
+  // between steps; on an error the destination holds nothing (the engine recomputes its prompt).
+  virtual Status fork(const ForkSpec& f) {
+    return unimplemented("runner {} cannot fork sequence {}", info().name, f.src_seq);
+  }
 };
 
 }  // namespace dsv4::runtime

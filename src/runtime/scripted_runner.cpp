@@ -151,6 +151,20 @@ Status ScriptedRunner::execute(const StepInput& in, StepOutput* out) {
   return Status::ok();
 }
 
+Status ScriptedRunner::fork(const ForkSpec& f) {
+  if (f.src_slot < 0 || size_t(f.src_slot) >= slots_.size() || slots_[size_t(f.src_slot)].seq_id != f.src_seq)
+    return invalid_argument("fork: slot {} does not hold sequence {}", f.src_slot, f.src_seq);
+  Slot copy = slots_[size_t(f.src_slot)];  // the rule is chosen again at the copy's first sample
+  if (int64_t(copy.fed.size()) != f.n_tokens)
+    return invalid_argument("fork: sequence {} is at position {}, not {}", f.src_seq, copy.fed.size(), f.n_tokens);
+  if (f.dst_slot < 0 || f.dst_slot == f.src_slot) return invalid_argument("fork: bad destination slot {}", f.dst_slot);
+  if (size_t(f.dst_slot) >= slots_.size()) slots_.resize(size_t(f.dst_slot) + 1);
+  copy.seq_id = f.dst_seq;
+  copy.rule = nullptr;
+  slots_[size_t(f.dst_slot)] = std::move(copy);
+  return Status::ok();
+}
+
 void ScriptedRunner::release(int64_t seq_id, int32_t slot) {
   if (slot >= 0 && size_t(slot) < slots_.size() && slots_[size_t(slot)].seq_id == seq_id)
     slots_[size_t(slot)] = Slot{};

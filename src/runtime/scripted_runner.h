@@ -53,6 +53,8 @@ class ScriptedRunner : public ModelRunner {
   const RunnerInfo& info() const override { return info_; }
   Status execute(const StepInput& in, StepOutput* out) override;
   void release(int64_t seq_id, int32_t slot) override;
+  bool can_fork() const override { return true; }
+  Status fork(const ForkSpec& f) override;
 
  private:
   struct Slot {

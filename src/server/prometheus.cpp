@@ -101,6 +101,8 @@ std::string render_prometheus(const EngineMetrics& m, const EngineLimits& limits
   w.counter("dsv4:engine_steps_total", "Engine steps run.", double(m.steps_total));
   w.counter("dsv4:computed_tokens_total", "Tokens run through the model, recomputation included.",
             double(m.computed_tokens_total));
+  w.counter("dsv4:forked_prompt_tokens_total", "Prompt tokens copied between the choices of a request (n > 1), not computed.",
+            double(m.forked_prompt_tokens_total));
   w.counter("dsv4:requests_refused_total", "Requests the engine refused at submission.", double(m.refused_total));
   w.histogram("dsv4:iteration_decode_sequences", "Decoding sequences per engine step (batch sharing).",
               m.iteration_decode_seqs);

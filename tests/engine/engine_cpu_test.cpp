@@ -1,7 +1,8 @@
 // engine_cpu_test.cpp: the engine over the CPU reference runner. Requests that share steps, and
 // requests that are preempted and recomputed because the KV pool is too small for all of them,
 // produce exactly the tokens they produce alone, greedy and sampled (the sampler's draws depend
-// only on the request's seed and token index).
+// only on the request's seed and token index), and so do the choices of one prompt that share
+// its computation (forks).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -106,6 +107,39 @@ TEST_F(EngineCpuTest, PreemptionAndBatchingDoNotChangeTokens) {
   EXPECT_GT(m.computed_tokens_total, 3u * (200 + 80));  // recomputation happened
   for (int i = 0; i < 100 && e->metrics().kv_blocks_free != 3; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(e->metrics().kv_blocks_free, 3);
+}
+
+// The choices of one prompt (one group) fork from the first choice's state after the prompt's
+// last-but-one token; each must produce exactly the tokens it produces alone. The prompt crosses a
+// KV block and ends mid-window for the compressors, so the copied state includes a partial window.
+TEST_F(EngineCpuTest, ForkedChoicesEqualTheRequestsAlone) {
+  std::vector<GenerationRequest> reqs;
+  for (const float t : {0.0f, 1.0f, 0.7f}) {
+    reqs.push_back(make(4, 301, 24, t));
+    reqs.back().sampling.seed = 2000 + uint64_t(reqs.size());
+  }
+  EngineConfig c;
+  c.max_num_seqs = 3;
+  c.max_model_len = 512;
+  c.max_num_batched_tokens = 128;
+  std::vector<std::vector<int32_t>> alone;
+  {
+    auto e = start(c);
+    for (const GenerationRequest& g : reqs) {
+      auto s = e->submit(g);
+      ASSERT_TRUE(s.is_ok());
+      alone.push_back(run_all(*e, *s));
+      ASSERT_EQ(alone.back().size(), 24u);
+    }
+    EXPECT_EQ(e->metrics().forked_prompt_tokens_total, 0u);
+  }
+  auto e = start(c);
+  auto streams = e->submit_group(reqs);
+  ASSERT_TRUE(streams.is_ok()) << streams.status().to_string();
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(run_all(*e, (*streams)[i]), alone[i]) << "choice " << i;
+  const EngineMetrics m = e->metrics();
+  EXPECT_EQ(m.forked_prompt_tokens_total, 2u * 300u);
+  EXPECT_EQ(m.computed_tokens_total, 301u + 2u + 3u * 23u);
 }
 
 // logit_bias and the penalties end to end: the engine's greedy tokens are those of a decode loop

@@ -1,7 +1,8 @@
 // engine_test.cpp: the engine thread with the scripted runner and the real tokenizer: events and
 // counts, EOS / max_tokens / stop strings, continuous batching (a new request joins a running
 // decode), aborts between prefill chunks and mid-decode (blocks freed at once), dropped streams,
-// queue limits, refusals that say why, and shutdown with requests in flight.
+// queue limits, refusals that say why, shutdown with requests in flight, and the n choices of one
+// prompt sharing its computation.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -335,6 +336,73 @@ TEST(Engine, AGroupQueuesWholeOrNotAtAll) {
   for (RequestStream& s : *g3) EXPECT_EQ(collect(s).text, "Hello from the script.");
   expect_idle(*e);
   EXPECT_EQ(e->metrics().refused_total, 4u);
+}
+
+// The n choices of one prompt compute it once: the first feeds all but the last prompt token, the
+// others continue from a copy of its state (runner fork), and each feeds the last token itself.
+TEST(Engine, ChoicesOfOnePromptComputeItOnce) {
+  DSV4_REQUIRE_TOKENIZER();
+  EngineConfig c;
+  c.max_num_seqs = 4;
+  c.max_num_batched_tokens = 8;  // the prompt goes in chunks
+  std::string prompt = "please count";
+  for (int i = 0; i < 6; ++i) prompt += " slowly, one by one";
+  const int64_t P = int64_t(request(prompt).prompt.size());
+  ASSERT_GT(P, 16);
+
+  auto solo_engine = start(scripted(kScript), c);
+  auto solo = solo_engine->submit(request(prompt, 6));
+  ASSERT_TRUE(solo.is_ok());
+  const Collected ref = collect(*solo);
+  ASSERT_EQ(ref.tokens.size(), 6u);
+  EXPECT_EQ(solo_engine->metrics().forked_prompt_tokens_total, 0u);
+
+  auto e = start(scripted(kScript), c);
+  std::vector<GenerationRequest> g;
+  for (int i = 0; i < 3; ++i) g.push_back(request(prompt, 6));
+  auto streams = e->submit_group(std::move(g));
+  ASSERT_TRUE(streams.is_ok()) << streams.status().to_string();
+  for (size_t i = 0; i < 3; ++i) {
+    const Collected r = collect((*streams)[i]);
+    EXPECT_EQ(r.tokens, ref.tokens) << "choice " << i;
+    EXPECT_EQ(r.last.finish, FinishReason::kLength);
+    EXPECT_EQ(r.last.n_prompt_tokens, P);
+    EXPECT_EQ(r.last.n_cached_tokens, i == 0 ? 0 : P - 1) << "choice " << i;
+  }
+  const EngineMetrics m = e->metrics();
+  EXPECT_EQ(m.forked_prompt_tokens_total, uint64_t(2 * (P - 1)));
+  // The prompt once, the last prompt token twice more, then 5 fed samples per choice.
+  EXPECT_EQ(m.computed_tokens_total, uint64_t(P + 2 + 3 * 5));
+  EXPECT_EQ(m.preemptions_total, 0u);
+  expect_idle(*e);
+}
+
+// Aborting the first choice while it computes the prompt: the next choice takes over and the
+// others still finish, and nothing is left allocated.
+TEST(Engine, AbortingTheFirstChoiceLeavesTheOthersToFinish) {
+  DSV4_REQUIRE_TOKENIZER();
+  EngineConfig c;
+  c.max_num_seqs = 4;
+  c.max_num_batched_tokens = 4;
+  auto e = start(scripted(kScript, /*step_delay_ms=*/5), c);
+  std::string prompt = "please count";
+  for (int i = 0; i < 10; ++i) prompt += " slowly, one by one";
+  const int64_t P = int64_t(request(prompt).prompt.size());
+  std::vector<GenerationRequest> g;
+  for (int i = 0; i < 3; ++i) g.push_back(request(prompt, 5));
+  auto streams = e->submit_group(std::move(g));
+  ASSERT_TRUE(streams.is_ok());
+  (*streams)[0].abort();
+  EXPECT_EQ(collect((*streams)[0]).last.finish, FinishReason::kAbort);
+  for (size_t i = 1; i < 3; ++i) {
+    const Collected r = collect((*streams)[i]);
+    EXPECT_EQ(r.last.finish, FinishReason::kLength) << "choice " << i;
+    EXPECT_EQ(r.text, "one two three four five") << "choice " << i;
+  }
+  const EngineMetrics m = e->metrics();
+  EXPECT_GE(m.forked_prompt_tokens_total, uint64_t(P - 1));  // at least the third from the second
+  EXPECT_EQ(m.finished_abort, 1u);
+  expect_idle(*e);
 }
 
 TEST(Engine, AModelOfHugeLengthServesWhatThePoolHolds) {

@@ -1,6 +1,7 @@
 // scheduler_test.cpp: the scheduling policy (scheduler.h) step by step, with the runner simulated:
 // decode-first, chunked prefill within the token budget, FIFO admission by free blocks and
-// slots, recompute preemption of the newest request (itself included), and block accounting.
+// slots, recompute preemption of the newest request (itself included), block accounting, and the
+// forks that let the n choices of one request share its prompt.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -12,9 +13,10 @@ namespace {
 
 struct Fixture {
   explicit Fixture(SchedulerConfig c) : sched(c) {}
-  Request* add(int64_t id, int64_t n_prompt) {
+  Request* add(int64_t id, int64_t n_prompt, Request* fork_parent = nullptr) {
     auto r = std::make_unique<Request>();
     r->seq_id = id;
+    r->fork_parent = fork_parent;
     r->tokens.assign(size_t(n_prompt), 7);
     r->n_prompt = n_prompt;
     reqs.push_back(std::move(r));
@@ -130,6 +132,146 @@ TEST(Scheduler, TheNeedyNewestPreemptsItself) {
   EXPECT_EQ(p.preempted[0].first, b);
   ASSERT_EQ(p.seqs.size(), 1u);
   EXPECT_EQ(p.seqs[0].req, a);
+  EXPECT_EQ(f.sched.blocks().n_free(), 1);
+}
+
+// Three choices of one 300-token prompt: the first feeds 299 tokens (chunked), the next plan forks
+// the other two (a slot and the blocks of 299 tokens each, listed in plan.forks), and all three
+// feed the last prompt token together and sample.
+TEST(Scheduler, ChoicesForkFromTheFirstBeforeTheLastPromptToken) {
+  Fixture f({/*max_num_seqs=*/4, /*max_num_batched_tokens=*/200, /*num_kv_blocks=*/10});
+  Request* a = f.add(1, 300);
+  Request* b = f.add(2, 300, a);
+  Request* c = f.add(3, 300, a);
+  EXPECT_EQ(f.sched.waiting().size(), 1u);  // the choices wait on a, not in the queue
+  EXPECT_EQ(f.sched.n_waiting(), 3);
+  StepPlan p = f.step();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].n_tokens, 200);
+  p = f.step();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].n_tokens, 99);  // stops before the last prompt token
+  EXPECT_FALSE(p.seqs[0].sample);
+  EXPECT_TRUE(p.forks.empty());
+  p = f.step();
+  ASSERT_EQ(p.forks.size(), 2u);
+  EXPECT_EQ(p.forks[0], std::make_pair(a, b));
+  EXPECT_EQ(p.forks[1], std::make_pair(a, c));
+  ASSERT_EQ(p.seqs.size(), 3u);
+  for (Request* r : {a, b, c}) {
+    const ScheduledSeq* s = f.find(p, r);
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->n_tokens, 1);
+    EXPECT_TRUE(s->sample);
+    EXPECT_TRUE(s->decode);
+    EXPECT_EQ(r->state, RequestState::kRunning);
+    EXPECT_EQ(r->blocks.n_blocks(), 2);
+  }
+  EXPECT_EQ(b->n_forked, 299);
+  EXPECT_EQ(c->n_forked, 299);
+  EXPECT_EQ(a->n_forked, 0);
+  EXPECT_TRUE(a->fork_children.empty());
+  EXPECT_EQ(b->fork_parent, nullptr);
+  EXPECT_EQ(f.sched.n_waiting(), 0);
+  EXPECT_EQ(f.sched.slots().n_free(), 1);
+  EXPECT_EQ(f.sched.blocks().n_free(), 4);
+}
+
+// A choice that finds no slot joins the queue's front and computes its prompt itself; a fork the
+// runner could not make (unfork) does the same and frees what it was given.
+TEST(Scheduler, ChoicesWithoutRoomOrAFailedForkComputeThePromptThemselves) {
+  Fixture f({/*max_num_seqs=*/2, 1000, 10});
+  Request* a = f.add(1, 10);
+  Request* b = f.add(2, 10, a);
+  Request* c = f.add(3, 10, a);
+  Request* d = f.add(4, 5);
+  StepPlan p = f.step();  // a feeds 9 tokens, d is admitted beside it (two slots)
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(f.find(p, a)->n_tokens, 9);
+  p = f.step();           // no slot for b or c: both queue, in choice order, ahead of nothing
+  EXPECT_TRUE(p.forks.empty());
+  EXPECT_EQ(b->state, RequestState::kWaiting);
+  ASSERT_EQ(f.sched.waiting().size(), 2u);
+  EXPECT_EQ(f.sched.waiting()[0], b);
+  EXPECT_EQ(f.sched.waiting()[1], c);
+  EXPECT_EQ(f.sched.n_waiting(), 2);
+  f.sched.remove(d);
+  p = f.step();           // b is admitted with its whole prompt
+  const ScheduledSeq* sb = f.find(p, b);
+  ASSERT_NE(sb, nullptr);
+  EXPECT_EQ(sb->n_tokens, 10);
+  EXPECT_TRUE(sb->sample);
+  EXPECT_EQ(b->n_forked, 0);
+
+  Fixture g({4, 1000, 10});
+  Request* x = g.add(1, 10);
+  Request* y = g.add(2, 10, x);
+  g.step();
+  p = g.sched.schedule();
+  ASSERT_EQ(p.forks.size(), 1u);
+  g.sched.unfork(y, &p);
+  EXPECT_TRUE(p.forks.empty());
+  EXPECT_EQ(g.find(p, y), nullptr);
+  EXPECT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.n_tokens, 1);
+  EXPECT_EQ(y->state, RequestState::kWaiting);
+  EXPECT_EQ(y->n_computed, 0);
+  EXPECT_EQ(y->n_forked, 0);
+  EXPECT_EQ(y->slot, -1);
+  EXPECT_EQ(g.sched.waiting().front(), y);
+  EXPECT_EQ(g.sched.slots().n_free(), 3);
+  EXPECT_EQ(g.sched.blocks().n_free(), 9);
+}
+
+// The first choice ends before the fork (abort): the next choice takes its place at the front of
+// the queue and the others wait on it; a waiting choice can be removed on its own.
+TEST(Scheduler, TheNextChoiceReplacesAFirstChoiceThatEnds) {
+  Fixture f({4, 1000, 10});
+  Request* a = f.add(1, 10);
+  Request* b = f.add(2, 10, a);
+  Request* c = f.add(3, 10, a);
+  Request* d = f.add(4, 10, a);
+  f.step();
+  f.sched.remove(c);
+  EXPECT_EQ(f.sched.n_waiting(), 2);
+  ASSERT_EQ(a->fork_children.size(), 2u);
+  f.sched.remove(a);
+  EXPECT_EQ(f.sched.waiting().front(), b);
+  EXPECT_EQ(b->fork_parent, nullptr);
+  ASSERT_EQ(b->fork_children.size(), 1u);
+  EXPECT_EQ(b->fork_children[0], d);
+  EXPECT_EQ(d->fork_parent, b);
+  EXPECT_EQ(f.sched.n_waiting(), 2);
+  StepPlan p = f.step();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].req, b);
+  EXPECT_EQ(p.seqs[0].n_tokens, 9);
+  p = f.step();
+  ASSERT_EQ(p.forks.size(), 1u);
+  EXPECT_EQ(p.forks[0], std::make_pair(b, d));
+  EXPECT_EQ(f.sched.blocks().n_free(), 8);
+}
+
+// A choice forked in a plan that then preempts it leaves the fork list: the prompt's last token
+// needs b a second block, and b, the newest, preempts itself.
+TEST(Scheduler, AForkPreemptedInItsOwnPlanIsNotCopied) {
+  Fixture f({4, 1000, 3});
+  Request* a = f.add(1, 257);  // admitted with the blocks of its whole prompt: 2
+  Request* b = f.add(2, 257, a);
+  StepPlan p = f.step();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].n_tokens, 256);
+  p = f.step();  // b forks 256 tokens into the last block, then cannot grow for the 257th
+  EXPECT_TRUE(p.forks.empty());
+  ASSERT_EQ(p.preempted.size(), 1u);
+  EXPECT_EQ(p.preempted[0].first, b);
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].req, a);
+  EXPECT_TRUE(p.seqs[0].sample);
+  EXPECT_EQ(b->state, RequestState::kWaiting);
+  EXPECT_EQ(b->n_forked, 0);
+  EXPECT_EQ(b->n_computed, 0);
+  EXPECT_EQ(f.sched.waiting().front(), b);
   EXPECT_EQ(f.sched.blocks().n_free(), 1);
 }
 

@@ -725,6 +725,58 @@ TEST(GpuModel, ErrorsLeaveStateUntouched) {
   EXPECT_EQ(m.allocations_after_load(), 0);
 }
 
+// A forked slot continues exactly as its source: slot 1's first 2099 tokens (several blocks; the
+// CSA and HCA compressors mid-window, so the copied state completes an entry at the next token)
+// are copied to slot 3 (other blocks), then both feed the same tokens, alone and together.
+// fork_slot refuses what it cannot copy, and changes nothing then.
+TEST(GpuModel, ForkedSlotContinuesAsItsSource) {
+  DSV4_SKIP_WITHOUT_GPU();
+  DSV4_GET_SHARED(s);
+  GpuModel& m = *s.gpu;
+  constexpr int kN = 2099;
+  const std::span<const int32_t> ids(s.ids);
+  std::vector<float> a, b, ab;
+  {
+    Step st;
+    DSV4_ASSERT_OK(run(st.add(1, 0, ids.subspan(0, kN), false), a));
+  }
+  auto expect_refused = [&](Status st, const char* what) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.message().find(what), std::string::npos) << st.to_string();
+  };
+  const std::span<const int32_t> t1(s.tables[1]), t3(s.tables[3]);
+  expect_refused(m.fork_slot(1, 1, t1, t1, kN), "must differ");
+  expect_refused(m.fork_slot(1, kMaxSeqs, t1, t3, kN), "must differ");
+  expect_refused(m.fork_slot(1, 3, t1, t3, kN - 1), "holds 2099 tokens");
+  expect_refused(m.fork_slot(1, 3, t1, t3.subspan(0, 8), kN), "destination block table has 8 blocks");
+  std::vector<int32_t> bad(s.tables[3]);
+  bad[2] = kBlocks;
+  expect_refused(m.fork_slot(1, 3, t1, bad, kN), "outside the pool");
+  {
+    Step st;  // nothing was copied: slot 3 holds no sequence of that length
+    st.add(3, kN, ids.subspan(kN, 1));
+    EXPECT_FALSE(m.forward(st.seqs, nullptr).is_ok());
+  }
+  DSV4_ASSERT_OK(m.fork_slot(1, 3, t1, t3, kN));
+  for (int i = 0; i < 2; ++i) {
+    const auto tok = ids.subspan(size_t(kN + i), 1);
+    Step s3, s1;
+    DSV4_ASSERT_OK(run(s3.add(3, kN + i, tok), b));  // the copy first: nothing of the source moved yet
+    DSV4_ASSERT_OK(run(s1.add(1, kN + i, tok), a));
+    expect_bit_exact(i == 0 ? "fork vs source, first token" : "fork vs source, second token", a, b);
+  }
+  {
+    const auto tok = ids.subspan(kN + 2, 1);
+    Step st;
+    st.add(1, kN + 2, tok).add(3, kN + 2, tok);
+    DSV4_ASSERT_OK(run(st, ab));
+    ASSERT_EQ(ab.size(), size_t(2) * kVocab);
+    expect_bit_exact("fork and source in one step", std::vector<float>(ab.begin(), ab.begin() + kVocab),
+                     std::vector<float>(ab.begin() + kVocab, ab.end()));
+  }
+  EXPECT_EQ(m.allocations_after_load(), 0);
+}
+
 // Load errors: options the model cannot honour, and a linear the W4A16 path needs as GPTQ INT4
 // stored otherwise (the message names it). Neither leaves anything allocated behind.
 TEST(GpuModel, LoadErrors) {
