@@ -569,8 +569,10 @@ std::vector<std::string> Engine::manifest() const {
       l.max_num_seqs, double(int64_t(l.max_num_seqs) * info.kv_slot_bytes) / 1048576.0));
   out.push_back(fmt::format(
       "scheduler: continuous batching, decode-first, chunked prefill; max_num_seqs {}, max_num_batched_tokens {}, "
-      "max_waiting {}; preemption: recompute (newest running request)",
-      m.config.max_num_seqs, m.config.max_num_batched_tokens, m.config.max_waiting));
+      "max_waiting {}; preemption: recompute (newest running request); n choices: {}",
+      m.config.max_num_seqs, m.config.max_num_batched_tokens, m.config.max_waiting,
+      m.runner->can_fork() ? "the prompt computed once, its state copied to the other choices"
+                           : "the prompt computed per choice (the runner cannot fork)"));
   out.push_back(fmt::format("sampling seed for requests without one: {}{}", m.sampling_seed,
                             m.config.sampling_seed != 0 ? "" : " (random at start)"));
   return out;
