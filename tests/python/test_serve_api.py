@@ -85,12 +85,16 @@ def main():
 
         def several_choices():
             # Choice i samples with seed + i: the choices of seed 123 are the single answers of
-            # seeds 123, 124, 125, streamed or not.
+            # seeds 123, 124, 125, streamed or not, though they share the prompt's computation.
             singles = [client.completions.create(model=MODEL, prompt="Hi", max_tokens=8, seed=123 + i,
                                                  temperature=1.0).choices[0].text for i in range(3)]
+            forked0 = metric(srv.metrics(), "dsv4:forked_prompt_tokens_total")
             r = client.completions.create(model=MODEL, prompt="Hi", max_tokens=8, seed=123, temperature=1.0, n=3)
             check([c.index for c in r.choices] == [0, 1, 2], r)
             check([c.text for c in r.choices] == singles, (r, singles))
+            # The prompt was computed once: choices 1 and 2 copied all but its last token.
+            forked = metric(srv.metrics(), "dsv4:forked_prompt_tokens_total") - forked0
+            check(forked == 2 * (r.usage.prompt_tokens - 1), (forked, r.usage))
             check(r.usage.completion_tokens == 24 and r.usage.total_tokens == r.usage.prompt_tokens + 24, r.usage)
             texts = ["", "", ""]
             chunks = list(client.completions.create(model=MODEL, prompt="Hi", max_tokens=8, seed=123, temperature=1.0,

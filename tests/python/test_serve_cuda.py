@@ -64,7 +64,10 @@ def main():
             # GPU's results depend on the batch's shape, so unlike on the CPU a choice need not equal
             # the single answer of its seed). A +100 bias forces its token; with +100 biases on three
             # tokens and penalties, only those three are generated.
+            forked0 = metric(srv.metrics(), "dsv4:forked_prompt_tokens_total")
             a = client.completions.create(model=model, prompt="Hi", max_tokens=6, seed=77, temperature=1.0, n=2)
+            forked = metric(srv.metrics(), "dsv4:forked_prompt_tokens_total") - forked0
+            check(forked == a.usage.prompt_tokens - 1, (forked, a.usage))  # choice 1 copied the prompt's state
             b = client.completions.create(model=model, prompt="Hi", max_tokens=6, seed=77, temperature=1.0, n=2)
             check([c.index for c in a.choices] == [0, 1] and a.usage.completion_tokens == 12, a)
             check([c.text for c in a.choices] == [c.text for c in b.choices], (a, b))
