@@ -137,7 +137,11 @@ TEST_F(EngineCpuTest, ForkedChoicesEqualTheRequestsAlone) {
   auto streams = e->submit_group(reqs);
   ASSERT_TRUE(streams.is_ok()) << streams.status().to_string();
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(run_all(*e, (*streams)[i]), alone[i]) << "choice " << i;
+  // The step's counters are added after its last tokens reach the streams: wait for the gauges,
+  // which come after them.
+  for (int i = 0; i < 200 && e->metrics().n_running != 0; ++i) std::this_thread::sleep_for(10ms);
   const EngineMetrics m = e->metrics();
+  EXPECT_EQ(m.n_running, 0);
   EXPECT_EQ(m.forked_prompt_tokens_total, 2u * 300u);
   EXPECT_EQ(m.computed_tokens_total, 301u + 2u + 3u * 23u);
 }

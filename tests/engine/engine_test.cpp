@@ -369,12 +369,12 @@ TEST(Engine, ChoicesOfOnePromptComputeItOnce) {
     EXPECT_EQ(r.last.n_prompt_tokens, P);
     EXPECT_EQ(r.last.n_cached_tokens, i == 0 ? 0 : P - 1) << "choice " << i;
   }
+  expect_idle(*e);  // the last step's counters are added after its tokens reach the streams
   const EngineMetrics m = e->metrics();
   EXPECT_EQ(m.forked_prompt_tokens_total, uint64_t(2 * (P - 1)));
   // The prompt once, the last prompt token twice more, then 5 fed samples per choice.
   EXPECT_EQ(m.computed_tokens_total, uint64_t(P + 2 + 3 * 5));
   EXPECT_EQ(m.preemptions_total, 0u);
-  expect_idle(*e);
 }
 
 // Aborting the first choice while it computes the prompt: the next choice takes over and the
@@ -399,10 +399,10 @@ TEST(Engine, AbortingTheFirstChoiceLeavesTheOthersToFinish) {
     EXPECT_EQ(r.last.finish, FinishReason::kLength) << "choice " << i;
     EXPECT_EQ(r.text, "one two three four five") << "choice " << i;
   }
+  expect_idle(*e);
   const EngineMetrics m = e->metrics();
   EXPECT_GE(m.forked_prompt_tokens_total, uint64_t(P - 1));  // at least the third from the second
   EXPECT_EQ(m.finished_abort, 1u);
-  expect_idle(*e);
 }
 
 TEST(Engine, AModelOfHugeLengthServesWhatThePoolHolds) {
