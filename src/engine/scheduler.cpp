@@ -92,14 +92,18 @@ void Scheduler::make_forks(StepPlan* plan) {
     for (Request* c : parent->fork_children) {
       c->fork_parent = nullptr;
       --n_fork_waiting_;
+      // Blocks whose 256 positions are all computed are never written again: the choice shares
+      // them; the partly filled last one is its own (the runner copies it).
       const int64_t n = parent->n_computed;
+      const int32_t n_shared = int32_t(n / kv::kBlockTokens);
       std::vector<int32_t> slot;
-      if (int32_t(running_.size()) >= cfg_.max_num_seqs || !blocks_.can_allocate(kv::blocks_for_tokens(n)) ||
-          !slots_.allocate(1, &slot)) {
+      if (int32_t(running_.size()) >= cfg_.max_num_seqs ||
+          !blocks_.can_allocate(kv::blocks_for_tokens(n) - n_shared) || !slots_.allocate(1, &slot)) {
         queue_front.push_back(c);
         continue;
       }
       c->slot = slot[0];
+      c->blocks.share_prefix(parent->blocks, n_shared, blocks_);
       DSV4_CHECK(c->blocks.grow(blocks_, n), "block allocation failed after can_allocate");
       c->state = RequestState::kRunning;
       c->n_computed = n;

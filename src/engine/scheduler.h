@@ -21,7 +21,8 @@
 //  queue; their first choice feeds its prompt up to the last-but-one token, and the next plan
 //  first gives each waiting choice a slot and blocks and lists it in StepPlan::forks (the engine
 //  has the runner copy the state before the step), so all choices feed the last prompt token
-//  together. A choice that finds no room then joins the front of the queue and computes its
+//  together. The prompt's full blocks are shared (BlockPool::share: no position of theirs is
+//  written again); only the partly filled last block is the choice's own. A choice that finds no room then joins the front of the queue and computes its
 //  prompt itself; if the first choice ends before that point (abort, error), the next choice
 //  takes its place.
 #pragma once

@@ -93,7 +93,8 @@ class GpuModel {
   void release_slot(int slot);
   // Slot dst continues from slot src's sequence as it is now (n_tokens long): copies src's window
   // rings and compressor states to dst and the compressed records of the blocks covering n_tokens
-  // from src_blocks to dst_blocks, on the model's stream (ordered after the last step; no host
+  // from src_blocks to dst_blocks (a block id at the same index of both is shared: not copied),
+  // on the model's stream (ordered after the last step; no host
   // synchronization). Errors (nothing copied): a slot out of range or src == dst, src not
   // n_tokens long, a block table too short or a block id outside the pool.
   Status fork_slot(int src, int dst, std::span<const int32_t> src_blocks, std::span<const int32_t> dst_blocks,

@@ -99,8 +99,13 @@ Status copy_sequence_state(const KvState& kv, int src_slot, int dst_slot, std::s
     }
     if (v.ratio == 0) continue;
     const int64_t per_block = cuda::kKvBlockTokens / v.ratio;
-    // Runs of blocks numbered consecutively in both tables go in one copy.
+    // Runs of blocks numbered consecutively in both tables go in one copy; a block both tables
+    // hold (shared by the engine) is skipped.
     for (int64_t b = 0; b < n_blocks;) {
+      if (src_blocks[size_t(b)] == dst_blocks[size_t(b)]) {
+        ++b;
+        continue;
+      }
       int64_t run = 1;
       while (b + run < n_blocks && src_blocks[size_t(b + run)] == src_blocks[size_t(b)] + run &&
              dst_blocks[size_t(b + run)] == dst_blocks[size_t(b)] + run)

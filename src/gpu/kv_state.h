@@ -46,8 +46,9 @@ struct KvState {
 
 // Enqueues on `stream` the copy of one sequence's state after n_tokens tokens into another: slot
 // src_slot's window rings and compressor states to dst_slot, and the compressed records of the
-// blocks covering n_tokens (whole blocks, consecutive ids in one copy) from src_blocks to
-// dst_blocks. The caller has checked the slots, the tables' lengths and the block ids.
+// blocks covering n_tokens (whole blocks, consecutive ids in one copy; a block id at the same
+// index of both tables is shared and not copied) from src_blocks to dst_blocks. The caller has
+// checked the slots, the tables' lengths and the block ids.
 Status copy_sequence_state(const KvState& kv, int src_slot, int dst_slot, std::span<const int32_t> src_blocks,
                            std::span<const int32_t> dst_blocks, int64_t n_tokens, void* stream);
 

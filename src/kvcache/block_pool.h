@@ -20,7 +20,9 @@ inline int32_t blocks_for_tokens(int64_t n_tokens) {
 }
 
 // A pool of `n_total` ids [0, n_total). allocate() is all-or-nothing; ids come back lowest first
-// so runs stay deterministic. Double frees and foreign ids are bugs (DSV4_CHECK).
+// so runs stay deterministic. An id may have several holders (share(): the full blocks of a
+// prompt that forked choices read alike); it returns to the pool when the last one frees it.
+// Freeing an id nobody holds, and foreign ids, are bugs (DSV4_CHECK).
 class BlockPool {
  public:
   BlockPool() = default;
@@ -34,13 +36,16 @@ class BlockPool {
   bool allocate(int32_t n, std::vector<int32_t>* out);
   void free(std::span<const int32_t> ids);
   void free(int32_t id) { free(std::span<const int32_t>(&id, 1)); }
+  // One more holder of an allocated id.
+  void share(int32_t id);
+  int32_t holders(int32_t id) const { return refs_[size_t(id)]; }
   const std::string& name() const { return name_; }
 
  private:
   std::string name_;
   int32_t n_total_ = 0;
   std::vector<int32_t> free_;  // a stack: the lowest id is on top
-  std::vector<uint8_t> used_;  // [n_total], catches double frees
+  std::vector<int32_t> refs_;  // [n_total] holders of each id (0: free), catches double frees
 };
 
 // The blocks of one sequence, in position order: block i holds positions [256 i, 256 (i + 1)).
@@ -56,6 +61,9 @@ class BlockTable {
   }
   // Grows the table to hold n_tokens from `pool`; false (unchanged) when the pool is short.
   bool grow(BlockPool& pool, int64_t n_tokens);
+  // Starts an empty table with src's first n blocks, shared (BlockPool::share): only blocks
+  // whose every position is written and never rewritten may be shared.
+  void share_prefix(const BlockTable& src, int32_t n, BlockPool& pool);
   // Returns every block to `pool`.
   void release(BlockPool& pool);
 

@@ -41,7 +41,9 @@ struct StepInput {
 
 // A copy of one sequence's state after its first n_tokens tokens into a fresh sequence: the n
 // choices of one request share their prompt's computation (the engine forks the others from the
-// first). Block tables in position order, both covering n_tokens; the source keeps running.
+// first). Block tables in position order, both covering n_tokens; the source keeps running. A
+// block id in both tables at the same index is shared (full, never written again): nothing to
+// copy there.
 struct ForkSpec {
   int64_t src_seq = 0, dst_seq = 0;
   int32_t src_slot = 0, dst_slot = 0;

@@ -136,8 +136,8 @@ TEST(Scheduler, TheNeedyNewestPreemptsItself) {
 }
 
 // Three choices of one 300-token prompt: the first feeds 299 tokens (chunked), the next plan forks
-// the other two (a slot and the blocks of 299 tokens each, listed in plan.forks), and all three
-// feed the last prompt token together and sample.
+// the other two (a slot, the full first block shared and a second block of their own each, listed
+// in plan.forks), and all three feed the last prompt token together and sample.
 TEST(Scheduler, ChoicesForkFromTheFirstBeforeTheLastPromptToken) {
   Fixture f({/*max_num_seqs=*/4, /*max_num_batched_tokens=*/200, /*num_kv_blocks=*/10});
   Request* a = f.add(1, 300);
@@ -174,7 +174,18 @@ TEST(Scheduler, ChoicesForkFromTheFirstBeforeTheLastPromptToken) {
   EXPECT_EQ(b->fork_parent, nullptr);
   EXPECT_EQ(f.sched.n_waiting(), 0);
   EXPECT_EQ(f.sched.slots().n_free(), 1);
-  EXPECT_EQ(f.sched.blocks().n_free(), 4);
+  // The prompt's full first block is shared; each choice owns the partly filled second one.
+  EXPECT_EQ(b->blocks.blocks()[0], a->blocks.blocks()[0]);
+  EXPECT_EQ(c->blocks.blocks()[0], a->blocks.blocks()[0]);
+  EXPECT_EQ(f.sched.blocks().holders(a->blocks.blocks()[0]), 3);
+  EXPECT_NE(b->blocks.blocks()[1], a->blocks.blocks()[1]);
+  EXPECT_NE(b->blocks.blocks()[1], c->blocks.blocks()[1]);
+  EXPECT_EQ(f.sched.blocks().n_free(), 6);
+  f.sched.remove(a);  // the shared block stays with b and c
+  f.sched.remove(b);
+  EXPECT_EQ(f.sched.blocks().n_free(), 8);
+  f.sched.remove(c);
+  EXPECT_EQ(f.sched.blocks().n_free(), 10);
 }
 
 // A choice that finds no slot joins the queue's front and computes its prompt itself; a fork the
@@ -255,13 +266,13 @@ TEST(Scheduler, TheNextChoiceReplacesAFirstChoiceThatEnds) {
 // A choice forked in a plan that then preempts it leaves the fork list: the prompt's last token
 // needs b a second block, and b, the newest, preempts itself.
 TEST(Scheduler, AForkPreemptedInItsOwnPlanIsNotCopied) {
-  Fixture f({4, 1000, 3});
-  Request* a = f.add(1, 257);  // admitted with the blocks of its whole prompt: 2
+  Fixture f({4, 1000, 2});
+  Request* a = f.add(1, 257);  // admitted with the blocks of its whole prompt: both
   Request* b = f.add(2, 257, a);
   StepPlan p = f.step();
   ASSERT_EQ(p.seqs.size(), 1u);
   EXPECT_EQ(p.seqs[0].n_tokens, 256);
-  p = f.step();  // b forks 256 tokens into the last block, then cannot grow for the 257th
+  p = f.step();  // b forks sharing a's full first block, then finds no block for the 257th
   EXPECT_TRUE(p.forks.empty());
   ASSERT_EQ(p.preempted.size(), 1u);
   EXPECT_EQ(p.preempted[0].first, b);
@@ -272,7 +283,9 @@ TEST(Scheduler, AForkPreemptedInItsOwnPlanIsNotCopied) {
   EXPECT_EQ(b->n_forked, 0);
   EXPECT_EQ(b->n_computed, 0);
   EXPECT_EQ(f.sched.waiting().front(), b);
-  EXPECT_EQ(f.sched.blocks().n_free(), 1);
+  EXPECT_EQ(b->blocks.n_blocks(), 0);
+  EXPECT_EQ(f.sched.blocks().holders(a->blocks.blocks()[0]), 1);
+  EXPECT_EQ(f.sched.blocks().n_free(), 0);
 }
 
 }  // namespace

@@ -727,7 +727,8 @@ TEST(GpuModel, ErrorsLeaveStateUntouched) {
 
 // A forked slot continues exactly as its source: slot 1's first 2099 tokens (several blocks; the
 // CSA and HCA compressors mid-window, so the copied state completes an entry at the next token)
-// are copied to slot 3 (other blocks), then both feed the same tokens, alone and together.
+// are copied to slot 3 (other blocks), then both feed the same tokens, alone and together; then to
+// slot 4 sharing the full blocks, as the engine forks.
 // fork_slot refuses what it cannot copy, and changes nothing then.
 TEST(GpuModel, ForkedSlotContinuesAsItsSource) {
   DSV4_SKIP_WITHOUT_GPU();
@@ -773,6 +774,19 @@ TEST(GpuModel, ForkedSlotContinuesAsItsSource) {
     ASSERT_EQ(ab.size(), size_t(2) * kVocab);
     expect_bit_exact("fork and source in one step", std::vector<float>(ab.begin(), ab.begin() + kVocab),
                      std::vector<float>(ab.begin() + kVocab, ab.end()));
+  }
+  {
+    // The engine's form: the 8 full blocks of the 2102 tokens shared (same ids in both tables,
+    // not copied), the ninth copied into slot 4's own block.
+    std::vector<int32_t> t4(s.tables[1].begin(), s.tables[1].begin() + 8);
+    t4.insert(t4.end(), s.tables[4].begin() + 8, s.tables[4].end());
+    DSV4_ASSERT_OK(m.fork_slot(1, 4, t1, t4, kN + 3));
+    const auto tok = ids.subspan(kN + 3, 1);
+    Step s4, s1;
+    s4.seqs.push_back(GpuStepSeq{4, t4, kN + 3, tok, true});
+    DSV4_ASSERT_OK(run(s4, b));
+    DSV4_ASSERT_OK(run(s1.add(1, kN + 3, tok), a));
+    expect_bit_exact("fork sharing the full blocks vs source", a, b);
   }
   EXPECT_EQ(m.allocations_after_load(), 0);
 }

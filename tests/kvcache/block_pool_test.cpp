@@ -1,5 +1,6 @@
 // block_pool_test.cpp: the KV block pool and block tables (all-or-nothing allocation,
-// deterministic ids, growth by 256-token blocks) and the KV byte layout of the Flash shape.
+// deterministic ids, growth by 256-token blocks, blocks shared between tables) and the KV byte
+// layout of the Flash shape.
 #include <gtest/gtest.h>
 
 #include "kvcache/block_pool.h"
@@ -53,6 +54,31 @@ TEST(BlockTable, GrowsBy256TokenBlocks) {
   t.release(pool);
   EXPECT_EQ(t.n_blocks(), 0);
   EXPECT_EQ(pool.n_free(), 4);
+}
+
+// Shared blocks: a table that shares another's full blocks holds them too; they return to the
+// pool only when the last holder frees them, and a block nobody holds cannot be shared.
+TEST(BlockTable, SharedPrefixBlocksReturnWithTheirLastHolder) {
+  BlockPool pool("t", 6);
+  BlockTable a, b;
+  ASSERT_TRUE(a.grow(pool, 600));  // 3 blocks: 0, 1, 2
+  b.share_prefix(a, 2, pool);      // 0 and 1
+  EXPECT_EQ(b.blocks(), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(pool.holders(0), 2);
+  EXPECT_EQ(pool.holders(2), 1);
+  ASSERT_TRUE(b.grow(pool, 700));  // one more of its own: 3
+  EXPECT_EQ(b.blocks(), (std::vector<int32_t>{0, 1, 3}));
+  EXPECT_EQ(pool.n_free(), 2);
+  a.release(pool);                 // 2 returns, 0 and 1 stay with b
+  EXPECT_EQ(pool.n_free(), 3);
+  EXPECT_EQ(pool.holders(0), 1);
+  EXPECT_DEATH(pool.share(2), "not allocated");
+  b.release(pool);
+  EXPECT_EQ(pool.n_free(), 6);
+  EXPECT_DEATH(pool.free(0), "double free");
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(pool.allocate(6, &ids));
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
 }
 
 TEST(KvLayout, FlashShapeMatchesTheArchitectureNumbers) {
