@@ -424,7 +424,9 @@ void Engine::Impl::run() {
     if (stop) break;
     reap_aborts();
     StepPlan plan = scheduler.schedule();
-    // Forks first: a first choice preempted in this plan still holds its state until released.
+    // Forks before the releases (the choices of a plan are newer than their first choice, so
+    // they are preempted before it; were it preempted, its slot would be -1 and the fork would
+    // fail into a recompute).
     make_forks(&plan);
     for (const auto& [r, slot] : plan.preempted) runner->release(r->seq_id, slot);
     if (plan.empty()) {

@@ -93,12 +93,13 @@ void Scheduler::make_forks(StepPlan* plan) {
       c->fork_parent = nullptr;
       --n_fork_waiting_;
       // Blocks whose 256 positions are all computed are never written again: the choice shares
-      // them; the partly filled last one is its own (the runner copies it).
+      // them; the partly filled last one is its own (the runner copies it). Room is checked for
+      // the last prompt token too, so that a fork is not preempted by its own first token.
       const int64_t n = parent->n_computed;
       const int32_t n_shared = int32_t(n / kv::kBlockTokens);
       std::vector<int32_t> slot;
       if (int32_t(running_.size()) >= cfg_.max_num_seqs ||
-          !blocks_.can_allocate(kv::blocks_for_tokens(n) - n_shared) || !slots_.allocate(1, &slot)) {
+          !blocks_.can_allocate(kv::blocks_for_tokens(n + 1) - n_shared) || !slots_.allocate(1, &slot)) {
         queue_front.push_back(c);
         continue;
       }

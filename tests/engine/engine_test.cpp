@@ -5,6 +5,7 @@
 // prompt sharing its computation.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "dsv4/engine.h"
@@ -375,6 +376,55 @@ TEST(Engine, ChoicesOfOnePromptComputeItOnce) {
   // The prompt once, the last prompt token twice more, then 5 fed samples per choice.
   EXPECT_EQ(m.computed_tokens_total, uint64_t(P + 2 + 3 * 5));
   EXPECT_EQ(m.preemptions_total, 0u);
+}
+
+// A runner that says it can fork and then fails every fork: the engine falls back to computing
+// each choice's prompt, and the choices still produce their tokens.
+class RefusingForks : public runtime::ModelRunner {
+ public:
+  explicit RefusingForks(std::unique_ptr<runtime::ModelRunner> inner) : inner_(std::move(inner)) {}
+  const runtime::RunnerInfo& info() const override { return inner_->info(); }
+  Status execute(const runtime::StepInput& in, runtime::StepOutput* out) override { return inner_->execute(in, out); }
+  void release(int64_t seq_id, int32_t slot) override { inner_->release(seq_id, slot); }
+  bool can_fork() const override { return true; }
+  Status fork(const runtime::ForkSpec&) override {
+    ++n_refused;
+    return internal_error("test: forks refused");
+  }
+  std::atomic<int> n_refused{0};
+
+ private:
+  std::unique_ptr<runtime::ModelRunner> inner_;
+};
+
+TEST(Engine, AFailedForkComputesThePromptInstead) {
+  DSV4_REQUIRE_TOKENIZER();
+  EngineConfig c;
+  c.max_num_seqs = 4;
+  c.max_num_batched_tokens = 8;
+  std::string prompt = "please count";
+  for (int i = 0; i < 6; ++i) prompt += " slowly, one by one";
+  const int64_t P = int64_t(request(prompt).prompt.size());
+  auto runner = std::make_unique<RefusingForks>(scripted(kScript));
+  RefusingForks* r = runner.get();
+  auto e = start(std::move(runner), c);
+  std::vector<GenerationRequest> g;
+  for (int i = 0; i < 3; ++i) g.push_back(request(prompt, 6));
+  auto streams = e->submit_group(std::move(g));
+  ASSERT_TRUE(streams.is_ok());
+  for (size_t i = 0; i < 3; ++i) {
+    const Collected out = collect((*streams)[i]);
+    EXPECT_EQ(out.text, "one two three four five STOP") << "choice " << i;
+    EXPECT_EQ(out.last.finish, FinishReason::kLength);
+    EXPECT_EQ(out.last.n_cached_tokens, 0);
+  }
+  expect_idle(*e);
+  const EngineMetrics m = e->metrics();
+  EXPECT_EQ(r->n_refused.load(), 2);
+  EXPECT_EQ(m.forked_prompt_tokens_total, 0u);
+  EXPECT_EQ(m.computed_tokens_total, uint64_t(3 * P + 3 * 5));
+  EXPECT_EQ(m.preemptions_total, 0u);
+  EXPECT_EQ(m.finished_error, 0u);
 }
 
 // Aborting the first choice while it computes the prompt: the next choice takes over and the

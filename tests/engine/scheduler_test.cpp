@@ -263,29 +263,51 @@ TEST(Scheduler, TheNextChoiceReplacesAFirstChoiceThatEnds) {
   EXPECT_EQ(f.sched.blocks().n_free(), 8);
 }
 
-// A choice forked in a plan that then preempts it leaves the fork list: the prompt's last token
-// needs b a second block, and b, the newest, preempts itself.
+// A choice forked in a plan in which an older request's decode then needs its block is preempted
+// (the newest) and leaves the fork list; the runner never copies it.
 TEST(Scheduler, AForkPreemptedInItsOwnPlanIsNotCopied) {
+  Fixture f({4, 1000, 3});
+  Request* z = f.add(1, 256);  // one full block; its first decode needs a second
+  Request* a = f.add(2, 10);
+  Request* b = f.add(3, 10, a);
+  StepPlan p = f.step();  // z samples after its prompt, a feeds 9 tokens: one block left
+  ASSERT_EQ(p.seqs.size(), 2u);
+  p = f.step();  // b forks into the last block, then z's decode takes it back
+  EXPECT_TRUE(p.forks.empty());
+  ASSERT_EQ(p.preempted.size(), 1u);
+  EXPECT_EQ(p.preempted[0].first, b);
+  EXPECT_NE(f.find(p, z), nullptr);
+  EXPECT_NE(f.find(p, a), nullptr);
+  EXPECT_EQ(f.find(p, b), nullptr);
+  EXPECT_EQ(b->state, RequestState::kWaiting);
+  EXPECT_EQ(b->n_forked, 0);
+  EXPECT_EQ(b->n_computed, 0);
+  EXPECT_EQ(b->blocks.n_blocks(), 0);
+  EXPECT_EQ(f.sched.waiting().front(), b);
+  EXPECT_EQ(z->blocks.n_blocks(), 2);
+  EXPECT_EQ(f.sched.blocks().n_free(), 0);
+}
+
+// A fork needs room for the prompt's last token as well: at 256 computed tokens that is a second
+// block, which the pool does not have, so the choice queues instead of forking and preempting
+// itself at once.
+TEST(Scheduler, AForkNeedsRoomForItsLastPromptToken) {
   Fixture f({4, 1000, 2});
   Request* a = f.add(1, 257);  // admitted with the blocks of its whole prompt: both
   Request* b = f.add(2, 257, a);
   StepPlan p = f.step();
   ASSERT_EQ(p.seqs.size(), 1u);
   EXPECT_EQ(p.seqs[0].n_tokens, 256);
-  p = f.step();  // b forks sharing a's full first block, then finds no block for the 257th
+  p = f.step();
   EXPECT_TRUE(p.forks.empty());
-  ASSERT_EQ(p.preempted.size(), 1u);
-  EXPECT_EQ(p.preempted[0].first, b);
+  EXPECT_TRUE(p.preempted.empty());
   ASSERT_EQ(p.seqs.size(), 1u);
   EXPECT_EQ(p.seqs[0].req, a);
   EXPECT_TRUE(p.seqs[0].sample);
   EXPECT_EQ(b->state, RequestState::kWaiting);
-  EXPECT_EQ(b->n_forked, 0);
-  EXPECT_EQ(b->n_computed, 0);
+  EXPECT_EQ(b->n_preemptions, 0);
   EXPECT_EQ(f.sched.waiting().front(), b);
-  EXPECT_EQ(b->blocks.n_blocks(), 0);
   EXPECT_EQ(f.sched.blocks().holders(a->blocks.blocks()[0]), 1);
-  EXPECT_EQ(f.sched.blocks().n_free(), 0);
 }
 
 }  // namespace
