@@ -156,8 +156,9 @@ Result<std::vector<RequestStream>> Engine::Impl::submit_group(std::vector<Genera
     built.push_back(std::move(r));
   }
   // Choices of one prompt compute it once (Scheduler: forks) where the runner can copy a
-  // sequence's state; a one-token prompt has nothing to share.
-  if (runner->can_fork() && built.size() > 1 && built.front()->n_prompt >= 2) {
+  // sequence's state; a one-token prompt has nothing to share, and with one sequence slot no
+  // choice could run beside the first (it would only wait a step for nothing).
+  if (runner->can_fork() && config.max_num_seqs > 1 && built.size() > 1 && built.front()->n_prompt >= 2) {
     const bool same = std::all_of(built.begin() + 1, built.end(),
                                   [&](const auto& r) { return r->tokens == built.front()->tokens; });
     if (same)
