@@ -85,8 +85,10 @@ void Scheduler::unfork(Request* r, StepPlan* plan) {
 }
 
 void Scheduler::make_forks(StepPlan* plan) {
-  const std::vector<Request*> order = running_;
-  for (Request* parent : order) {
+  // By index over the requests running before this call: forked choices join running_ at its
+  // back and wait on nobody (no copy of the list every step).
+  for (size_t i = 0, n_before = running_.size(); i < n_before; ++i) {
+    Request* parent = running_[i];
     if (parent->fork_children.empty() || parent->n_computed != parent->n_prompt - 1) continue;
     std::vector<Request*> queue_front;  // choices without room, in choice order
     for (Request* c : parent->fork_children) {

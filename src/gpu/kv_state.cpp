@@ -6,6 +6,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/compressor/compressor.h"
+#include "gpu/step_plan.h"
 #include "kvcache/kv_record.h"
 
 namespace dsv4::gpu {
@@ -61,16 +62,15 @@ Result<KvState> create_kv_state(const ModelConfig& cfg, const std::vector<LayerD
     DSV4_ASSIGN_OR_RETURN(v.entries, arena.alloc_n<uint8_t>(int64_t(sizes.n_kv_blocks) * per_block * sizes.entry_bytes,
                                                             cat, name + "compressed entries", true));
     st.comp_state_floats = cuda::compressor_state_floats(l.comp);
-    DSV4_ASSIGN_OR_RETURN(st.comp_state,
-                          arena.alloc_n<float>(int64_t(sizes.max_seqs) * cuda::compressor_state_floats(l.comp), cat,
-                                               name + "compressor state", true));
+    DSV4_ASSIGN_OR_RETURN(st.comp_state, arena.alloc_n<float>(int64_t(sizes.max_seqs) * st.comp_state_floats, cat,
+                                                              name + "compressor state", true));
     if (l.spec.attn == AttnType::kCsa) {
       st.idx_state_floats = cuda::compressor_state_floats(l.idx_comp);
       DSV4_ASSIGN_OR_RETURN(v.index_keys,
                             arena.alloc_n<uint8_t>(int64_t(sizes.n_kv_blocks) * per_block * sizes.index_key_bytes, cat,
                                                    name + "indexer keys", true));
       DSV4_ASSIGN_OR_RETURN(st.idx_state,
-                            arena.alloc_n<float>(int64_t(sizes.max_seqs) * cuda::compressor_state_floats(l.idx_comp),
+                            arena.alloc_n<float>(int64_t(sizes.max_seqs) * st.idx_state_floats,
                                                  cat, name + "indexer compressor state", true));
     }
   }
@@ -84,7 +84,7 @@ Status copy_sequence_state(const KvState& kv, int src_slot, int dst_slot, std::s
     return cuda::cuda_status(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice, st),
                              "copy a sequence's KV state");
   };
-  const int64_t n_blocks = (n_tokens + cuda::kKvBlockTokens - 1) / cuda::kKvBlockTokens;
+  const int64_t n_blocks = blocks_for_positions(n_tokens);
   for (const LayerKvState& l : kv.layers) {
     const cuda::LayerKvView& v = l.view;
     const int64_t ring = int64_t(v.window_size) * v.entry_bytes;
