@@ -206,8 +206,6 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   DSV4_ASSIGN_OR_RETURN(const GemmLaunch down, plan(hidden, inter, routed_experts * down_bytes, false, forced,
                                                     d.down_config, d.down_splits, d.down_stages));
   for (const GemmLaunch* l : {&up, &down}) {
-    // The decode kernel's cluster split-K writes a dense tile (decode_kernel.cuh), not an MoE epilogue.
-    if (l->cluster) return internal_error("moe_forward: a cluster split-K launch (dense GEMMs only)");
     DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(l->cfg));
     const size_t tiles = size_t(l->grid.x) * l->grid.z;
     if (l->splits > 1 && (tiles > size_t(ws.n_gemm_counters_) || tiles * l->splits * ci.block_m * ci.block_n > partial_floats))

@@ -43,7 +43,7 @@
 //     block to arrive adds them in split order (deterministic) and, on SM90 for a dense tile,
 //     writes the sums as bf16 from its registers (split_sum_to_bf16; wo_b at M = 1 10.0 -> 9.6
 //     us on the H100); where the measured table asks for it, an SM90 cluster of the splits adds
-//     them through DSMEM instead, each block its share of the tile. The kernel sits at
+//     them through DSMEM instead. The kernel sits at
 //     the 128-register bound of two blocks per SM, and the build fails on any spill
 //     (src/cuda/CMakeLists.txt): a spread sum by all split blocks spilled and slowed every launch.
 //     With GemmKernelArgs::defer_sum (w4a16_gemm_deferred) the blocks stop after their partials
@@ -617,41 +617,37 @@ __global__ void __launch_bounds__(32 * WN * WK, DecodeTraits<FM, WN, WK>::kMinBl
   };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Split-K on SM90: the splits of a dense tile are one (1, splits, 1) cluster (the launchers
-  // take clusters for dense GEMMs only); each puts its partial tile in its own shared memory,
-  // then every block adds its 1/splits share of the tile from all of them, in split order as
-  // below (same bits), read straight from their shared memory, and writes it as bf16. Two
-  // cluster barriers replace the global path's fence, counter atomic and partial round trips,
-  // and no block reads more than its share (wo_b at M = 16: 16 KB instead of 128 KB).
+  // Split-K on SM90: the tile's splits are one (1, splits, 1) cluster; each puts its partial tile
+  // in its own shared memory and split 0 adds them, in split order as below (same bits), read
+  // straight from the other blocks' shared memory. Two cluster barriers replace the global
+  // path's fence, counter atomic and partial round trips.
   if (p.cluster_splits > 1) {
     float* tile = reinterpret_cast<float*>(smem);
     __syncthreads();  // the cross-warp sums above read the same shared memory
     store_acc(tile);
     cluster_sync();  // every split's tile is written (release / acquire)
-    constexpr int kC4 = T::kBN / 4;
-    const uint32_t tile_addr = smem_u32(tile);
-    const int total = rows * kC4, share = (total + p.cluster_splits - 1) / p.cluster_splits;
-    const int end = min(total, (split + 1) * share);
-    for (int idx = split * share + tid; idx < end; idx += T::kThreads) {
-      const uint32_t off = uint32_t(idx) * 16;  // row r, float4 c4: (r kC4 + c4) x 16 bytes
-      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int sp = 0; sp < p.cluster_splits; ++sp) {
-        const float4 v = ld_dsmem_v4(map_dsmem(tile_addr + off, sp));
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
-      }
-      const int col = nb * T::kBN + (idx % kC4) * 4;  // 64-column tiles past n were never computed
-      if (col < p.n) {
-        uint32_t* out = reinterpret_cast<uint32_t*>(p.c + int64_t(row_begin + idx / kC4) * p.ldc + col);
-        out[0] = pack_bf16x2(sum.x, sum.y);
-        out[1] = pack_bf16x2(sum.z, sum.w);
+    if (split == 0) {
+      constexpr int kC4 = T::kBN / 4;
+      const uint32_t tile_addr = smem_u32(tile);
+      for (int idx = tid; idx < rows * kC4; idx += T::kThreads) {
+        const uint32_t off = uint32_t(idx) * 16;  // row r, float4 c4: (r kC4 + c4) x 16 bytes
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int sp = 0; sp < p.cluster_splits; ++sp) {
+          const float4 v = ld_dsmem_v4(map_dsmem(tile_addr + off, sp));
+          sum.x += v.x;
+          sum.y += v.y;
+          sum.z += v.z;
+          sum.w += v.w;
+        }
+        reinterpret_cast<float4*>(tile)[idx] = sum;  // this thread alone reads and writes idx
       }
     }
-    cluster_sync();  // every block keeps its shared memory until the others have read it
-    trace_stamp(p.trace, 3);
-    return;
+    cluster_sync();  // the other splits keep their shared memory until split 0 has read it
+    if (split != 0) {
+      trace_stamp(p.trace, 3);
+      return;
+    }
+    load_acc(tile);
   } else
 #endif
   // Split-K: publish the partial tile; the last block of the tile adds all partials in order.
