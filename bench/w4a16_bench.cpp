@@ -27,6 +27,7 @@
 #include "base/check.h"
 #include "bench_json.h"
 #include "cuda/common/arch.h"
+#include "cuda/common/trace.cuh"  // kTracePoints: the dense timeline
 #include "cuda/common/device_buffer.h"
 #include "cuda/moe/moe.h"
 #include "cuda/testing/bandwidth.h"
@@ -129,6 +130,61 @@ void blas_gemm(Ctx& c, const void* x, const void* w, void* y, int m, int n, int 
                    CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// Batch sizes whose dense GEMMs also get a per-block timeline (--dense-timeline-ms; decode
+// launches only).
+std::vector<int> g_dense_timeline_ms;
+
+// Timeline of one dense decode launch (the heuristics' plan) in the middle of a graph of kCalls
+// chained calls: per point (entry, dependency met, weights streamed, exit), percentiles over the
+// blocks in us from the first block past its dependency; the span is that to the last exit.
+json dense_timeline(Ctx& c, const Shape& sh, int m, const std::function<W4A16GemmArgs(int)>& args) {
+  using namespace w4a16_detail;
+  constexpr int kCalls = 8, kTraced = 4;
+  auto l = plan_dense_launch(m, sh.n, sh.k, c.ws.view());
+  CKS(l.status());
+  auto ci = gemm_config_info(l->cfg);
+  CKS(ci.status());
+  if (!ci->decode) return json::object();
+  const size_t blocks = size_t(l->grid.x) * l->grid.y * l->grid.z;
+  DeviceBuffer tr = alloc(blocks * kTracePoints * 8);
+  CK(cudaMemset(tr.get(), 0, tr.bytes()));
+  time_graph(c.s, kCalls, [&](int i) {
+    GemmLaunch li = *l;
+    li.trace = i == kTraced ? tr.as<unsigned long long>() : nullptr;
+    CKS(launch_dense(args(i), li, c.ws.view(), c.s));
+  }, 1);
+  std::vector<unsigned long long> t(blocks * kTracePoints);
+  CK(cudaMemcpy(t.data(), tr.get(), t.size() * 8, cudaMemcpyDeviceToHost));
+  unsigned long long t0 = ~0ull, t_end = 0;
+  for (size_t b = 0; b < blocks; ++b) {
+    if (t[b * kTracePoints + 1] != 0) t0 = std::min(t0, t[b * kTracePoints + 1]);
+    t_end = std::max(t_end, t[b * kTracePoints + 3]);
+  }
+  json out = {{"shape", sh.name}, {"m", m}, {"config", w4a16_config_name(int(l->cfg))}, {"splits", l->splits},
+              {"blocks", blocks}, {"span_us", (double(t_end) - double(t0)) * 1e-3}};
+  std::printf("%-10s M=%-5d timeline %s S=%d (%zu blocks), us from the first block past its dependency (span %.2f): "
+              "min p10 p50 p90 max\n",
+              sh.name.c_str(), m, w4a16_config_name(int(l->cfg)), l->splits, blocks,
+              (double(t_end) - double(t0)) * 1e-3);
+  const char* points[kTracePoints] = {"entry", "dep_met", "streamed", "exit"};
+  for (int pt = 0; pt < kTracePoints; ++pt) {
+    std::vector<double> v;
+    for (size_t b = 0; b < blocks; ++b) {
+      const unsigned long long st = t[b * kTracePoints + size_t(pt)];
+      if (st != 0) v.push_back((double(st) - double(t0)) * 1e-3);
+    }
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    auto q = [&](double f) { return v[size_t(f * double(v.size() - 1))]; };
+    std::printf("             %-8s n=%-4zu %8.2f %8.2f %8.2f %8.2f %8.2f\n", points[pt], v.size(), v.front(), q(0.1),
+                q(0.5), q(0.9), v.back());
+    out[points[pt]] = {{"n", v.size()}, {"min", v.front()}, {"p10", q(0.1)}, {"p50", q(0.5)}, {"p90", q(0.9)},
+                       {"max", v.back()}};
+  }
+  std::fflush(stdout);
+  return out;
+}
+
 json bench_dense(Ctx& c, const Shape& sh, const std::vector<int>& ms) {
   const size_t qb = w4a16_qweight_bytes(sh.n, sh.k), sb = w4a16_scales_bytes(sh.n, sh.k);
   const size_t wbytes = qb + sb, bf_bytes = size_t(sh.n) * sh.k * 2;
@@ -210,6 +266,8 @@ json bench_dense(Ctx& c, const Shape& sh, const std::vector<int>& ms) {
       std::printf("%-10s M=%-5d       deferred sum %9.2f us (the splits' partials left to the consumer)\n",
                   sh.name.c_str(), m, deferred_us);
     std::fflush(stdout);
+    if (std::find(g_dense_timeline_ms.begin(), g_dense_timeline_ms.end(), m) != g_dense_timeline_ms.end())
+      r["timeline"] = dense_timeline(c, sh, m, args);
     rows.push_back(r);
   }
   return rows;
@@ -706,6 +764,7 @@ int main(int argc, char** argv) {
     else if (a == "--moe-ms" && i + 1 < argc) moe_ms_arg = parse_list(argv[++i]);
     else if (a == "--moe-lab-ms" && i + 1 < argc) moe_lab_ms = parse_list(argv[++i]);
     else if (a == "--moe-timeline-ms" && i + 1 < argc) g_moe_timeline_ms = parse_list(argv[++i]);
+    else if (a == "--dense-timeline-ms" && i + 1 < argc) g_dense_timeline_ms = parse_list(argv[++i]);
     else if (a == "--moe-pattern") g_moe_pattern = true;
     else if (a == "--weights-l2" && i + 1 < argc) {
       const std::string v = argv[++i];
@@ -727,7 +786,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--out FILE] [--commit SHA] [--command STR] [--quick] [--profile] [--no-moe] [--no-dense]\n"
                    "          [--lab] [--lab-ms 1,16,32] [--moe-lab-ms 1,..] [--ms 1,16,..] [--moe-ms 1,..]\n"
-                   "          [--shapes wq_b,wo_b,..] [--prefill-lab 1024,4096] [--moe-timeline-ms 1,..]\n"
+                   "          [--shapes wq_b,wo_b,..] [--prefill-lab 1024,4096] [--moe-timeline-ms 1,..] [--dense-timeline-ms 1,..]\n"
                    "          [--moe-force up_cfg,splits,stages,down_cfg,splits,stages] [--moe-pattern]\n"
                    "          [--weights-l2 normal|first]\n",
                    argv[0]);

@@ -423,6 +423,7 @@ Status launch_dense(const W4A16GemmArgs& a, const GemmLaunch& l, const W4A16Work
   p.k = k;
   p.splits = l.splits;
   p.cluster_splits = l.cluster ? l.splits : 0;
+  p.trace = ci.decode ? l.trace : nullptr;  // only the decode kernel stamps
   p.stages = l.stages;
   p.a_rows = l.a_rows;
   p.a_groups = l.a_groups;

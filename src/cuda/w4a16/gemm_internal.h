@@ -154,6 +154,9 @@ struct GemmLaunch {
   // Decode split-K through global memory: leave the partial tiles to the consumer
   // (w4a16_gemm_deferred); launch_dense refuses it for any other launch.
   bool defer_sum = false;
+  // Diagnostics (decode configurations; the benchmark's dense timeline): u64 [grid blocks][4]
+  // stamps of this launch's blocks (common/trace.cuh). Null in every production launch.
+  unsigned long long* trace = nullptr;
 };
 inline constexpr int kMaxClusterSplits = 8;  // the portable cluster size
 // Whether `l` may run its split-K through a cluster on `dev` (SM90, 2..kMaxClusterSplits splits).
