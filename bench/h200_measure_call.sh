@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# h200_measure_call.sh: the H200 measurements that issues 3 and 6 still wait for, in one device
+# call (needs_h200: the largest flash-shaped model fits only there), in order of what each decides:
+#   1. wo_b / wq_b at M = 1, 16 and the MoE layer at M = 1, 4a2b616 (new) and cf3e5d3 (tail:
+#      wo_b's split-K sum straight to bf16) alternated, two rounds: wo_b's 50% line;
+#   2. the dense decode timeline of wo_b and wq_b at M = 1, 16 (w4a16_bench_tl, 948a1db);
+#   3. `dsv4 bench --synthetic flash --layers max` at 4K (B = 1, 32) and 262K (B = 1, 8192-token
+#      prefill chunks) with e3a6fe1's dsv4 (head; its kernels are cf3e5d3's);
+#   4. the decode lab with the new tail (wo_b, wq_b, wq_a+wkv, wq_a at M = 1, 16), while time is left.
+# Carry .carry/{pack,next_new,tail,head,tl}.tar.xz (NOTES.md, "Thirty-first session", says what each holds).
+# Usage (device tool, kind nvidia-h200, needs_h200): bash bench/h200_measure_call.sh
+. bench/device_lib.sh; carry_env next_new tail head tl || exit 2
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+ROUNDS=2 DEADLINE=100 W4A16_ARGS='--ms 1,16 --shapes wo_b,wq_b --moe-ms 1' PACKS=tail OUT=$OUT/ab bash bench/w4a16_builds_call.sh new tail > $OUT/ab.txt 2>&1
+grep -E "^(new|tail)\.[0-9] (wo_b|wq_b|moe +M=1 +[0-9d]|GPU)" $OUT/ab.txt | cut -c1-140
+(cd $OUT && tar czf ab_all.tgz ab && rm -rf ab)
+timeout 60 .carry/bin/w4a16_bench_tl --no-moe --ms 1,16 --shapes wo_b,wq_b --dense-timeline-ms 1,16 --out $OUT/tl.json > $OUT/tl.log 2>&1; echo "timeline rc=$? ${SECONDS}s"; grep -A5 timeline $OUT/tl.log | cut -c1-160
+M=$OUT/max; mkdir -p $M; B="dsv4 bench --synthetic flash --layers max"
+timeout 130 .carry/bin/dsv4_head bench --synthetic flash --layers max --batch 1,32 --context 4096 --commit e3a6fe1 --command "$B --batch 1,32 --context 4096" --out $M/forward_max_4k.json > $M/max4k.log 2>&1
+echo "max4k rc=$? ${SECONDS}s"; grep -E "^bench:|decode B=|prefill" $M/max4k.log | cut -c1-200
+timeout $((380-SECONDS)) .carry/bin/dsv4_head bench --synthetic flash --layers max --batch 1 --context 262144 --chunk 8192 --commit e3a6fe1 --command "$B --batch 1 --context 262144 --chunk 8192" --out $M/forward_max_262k.json > $M/max262k.log 2>&1
+echo "max262k rc=$? ${SECONDS}s"; grep -E "^bench:|decode B=|prefill" $M/max262k.log | cut -c1-200
+(cd $OUT && tar czf max.tgz max && rm -rf max)
+if [ $SECONDS -lt 330 ]; then
+  timeout $((420-SECONDS)) .carry/bin/w4a16_bench_tail --lab --lab-ms 1,16 --no-moe --no-dense --shapes wo_b,wq_b,wq_a+wkv,wq_a > $OUT/lab_tail.log 2>&1; echo "lab rc=$? ${SECONDS}s"
+  python3 bench/lab_top.py $OUT/lab_tail.log 3
+fi
+echo "done ${SECONDS}s"
