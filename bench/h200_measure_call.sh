@@ -8,7 +8,10 @@
 #      prefill chunks) with e3a6fe1's dsv4 (head; its kernels are cf3e5d3's);
 #   4. the decode lab with the new tail (wo_b, wq_b, wq_a+wkv, wq_a at M = 1, 16), while time is left.
 # Carry .carry/{pack,next_new,tail,head,tl}.tar.xz (NOTES.md, "Thirty-first session", says what each holds).
-# Usage (device tool, kind nvidia-h200, needs_h200): bash bench/h200_measure_call.sh
+# END (default 380): seconds from the start by which the 262K ladder must end; the lab runs only
+# if 50 s remain before END and ends by END + 40.
+# Usage (device tool, kind nvidia-h200, needs_h200): [END=380] bash bench/h200_measure_call.sh
+END=${END:-380}
 . bench/device_lib.sh; carry_env next_new tail head tl || exit 2
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 ROUNDS=2 DEADLINE=100 W4A16_ARGS='--ms 1,16 --shapes wo_b,wq_b --moe-ms 1' PACKS=tail OUT=$OUT/ab bash bench/w4a16_builds_call.sh new tail > $OUT/ab.txt 2>&1
@@ -18,11 +21,11 @@ timeout 60 .carry/bin/w4a16_bench_tl --no-moe --ms 1,16 --shapes wo_b,wq_b --den
 M=$OUT/max; mkdir -p $M; B="dsv4 bench --synthetic flash --layers max"
 timeout 130 .carry/bin/dsv4_head bench --synthetic flash --layers max --batch 1,32 --context 4096 --commit e3a6fe1 --command "$B --batch 1,32 --context 4096" --out $M/forward_max_4k.json > $M/max4k.log 2>&1
 echo "max4k rc=$? ${SECONDS}s"; grep -E "^bench:|decode B=|prefill" $M/max4k.log | cut -c1-200
-timeout $((380-SECONDS)) .carry/bin/dsv4_head bench --synthetic flash --layers max --batch 1 --context 262144 --chunk 8192 --commit e3a6fe1 --command "$B --batch 1 --context 262144 --chunk 8192" --out $M/forward_max_262k.json > $M/max262k.log 2>&1
+[ $SECONDS -lt $((END-60)) ] && timeout $((END-SECONDS)) .carry/bin/dsv4_head bench --synthetic flash --layers max --batch 1 --context 262144 --chunk 8192 --commit e3a6fe1 --command "$B --batch 1 --context 262144 --chunk 8192" --out $M/forward_max_262k.json > $M/max262k.log 2>&1
 echo "max262k rc=$? ${SECONDS}s"; grep -E "^bench:|decode B=|prefill" $M/max262k.log | cut -c1-200
 (cd $OUT && tar czf max.tgz max && rm -rf max)
-if [ $SECONDS -lt 330 ]; then
-  timeout $((420-SECONDS)) .carry/bin/w4a16_bench_tail --lab --lab-ms 1,16 --no-moe --no-dense --shapes wo_b,wq_b,wq_a+wkv,wq_a > $OUT/lab_tail.log 2>&1; echo "lab rc=$? ${SECONDS}s"
+if [ $SECONDS -lt $((END-50)) ]; then
+  timeout $((END+40-SECONDS)) .carry/bin/w4a16_bench_tail --lab --lab-ms 1,16 --no-moe --no-dense --shapes wo_b,wq_b,wq_a+wkv,wq_a > $OUT/lab_tail.log 2>&1; echo "lab rc=$? ${SECONDS}s"
   python3 bench/lab_top.py $OUT/lab_tail.log 3
 fi
 echo "done ${SECONDS}s"
