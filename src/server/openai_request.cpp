@@ -78,7 +78,10 @@ ApiError parse_common(const Json& j, const RequestContext& ctx, bool chat, Commo
   double d = 1.0;
   if (f.has("temperature") && f.number("temperature", &d, 0.0, 100.0)) c->sampling.temperature = float(d);
   if (f.has("top_p") && f.number("top_p", &d, 0.0, 1.0)) {
-    if (d <= 0.0) return bad_request("'top_p' must be in (0, 1], found 0", "top_p");
+    // Sampling takes a 32-bit float: a positive value below its smallest (~1e-45) is 0 there.
+    if (float(d) <= 0.0f)
+      return bad_request(
+          fmt::format("'top_p' must be in (0, 1], found {}{}", d, d > 0.0 ? " (0 as a 32-bit float)" : ""), "top_p");
     c->sampling.top_p = float(d);
   }
   if (f.has("min_p") && f.number("min_p", &d, 0.0, 1.0)) c->sampling.min_p = float(d);

@@ -183,20 +183,28 @@ struct HttpServer::Impl {
     return body;
   }
 
-  // Parses the body as JSON; the parser's message says where it failed. Nesting deeper than
-  // kMaxJsonDepth is refused: using such a value would overflow the stack (json_depth.h).
+  // Parses the body as JSON; the parser's message says where it failed. Two scans of the text
+  // come first (json_depth.h): nesting deeper than kMaxJsonDepth is refused (using such a value
+  // would overflow the stack; parsed, it also held ~70 bytes a level), and so are objects whose
+  // members would make the ordered parse quadratic past kMaxJsonMemberPairs.
   bool parse_body(const std::string& body, httplib::Response& res, Json* j) {
+    if (const size_t depth = json_nesting_depth(body); depth > kMaxJsonDepth) {
+      send_error(res, bad_request(fmt::format("the request body nests arrays and objects {} levels deep; at most {} "
+                                              "are allowed",
+                                              depth, kMaxJsonDepth)));
+      return false;
+    }
+    if (const JsonObjectSizes sizes = json_object_sizes(body); sizes.member_pairs > kMaxJsonMemberPairs) {
+      send_error(res, bad_request(fmt::format("the request body's JSON objects have too many members (the largest "
+                                              "has {}): one object may have about 8000, fewer when there are "
+                                              "several large ones",
+                                              sizes.largest)));
+      return false;
+    }
     try {
       *j = Json::parse(body);
     } catch (const nlohmann::json::exception& e) {
       send_error(res, bad_request(fmt::format("the request body is not valid JSON: {}", e.what())));
-      return false;
-    }
-    if (const size_t depth = json_nesting_depth(body); depth > kMaxJsonDepth) {
-      *j = Json();
-      send_error(res, bad_request(fmt::format("the request body nests arrays and objects {} levels deep; at most {} "
-                                              "are allowed",
-                                              depth, kMaxJsonDepth)));
       return false;
     }
     return true;
@@ -483,7 +491,19 @@ void HttpServer::Impl::handle_detokenize(const httplib::Request& req, const std:
 void HttpServer::Impl::routes() {
   // Every POST route takes its body from read_body.
   auto post = [this](const char* path, auto handle) {
-    svr.Post(path, [this, handle](const httplib::Request& q, httplib::Response& r, const httplib::ContentReader& read) {
+    svr.Post(path, [this, handle, path](const httplib::Request& q, httplib::Response& r,
+                                        const httplib::ContentReader& read) {
+      // httplib reads a multipart body only through its multipart callbacks (the plain reader
+      // below then throws bad_function_call: a 500); every route takes JSON. The parts are read
+      // and dropped, so that the connection stays in step for its next request.
+      if (q.is_multipart_form_data()) {
+        read([](const httplib::MultipartFormData&) { return true; }, [](const char*, size_t) { return true; });
+        return send_error(r, ApiError{415, "invalid_request_error",
+                                      fmt::format("{} takes a JSON body (Content-Type: application/json), not "
+                                                  "multipart/form-data",
+                                                  path),
+                                      "", "unsupported_media_type"});
+      }
       if (std::optional<std::string> body = read_body(read, r)) handle(q, *body, r);
     });
   };

@@ -86,6 +86,8 @@ TEST(ChatRequest, RefusesBadInputWithTheField) {
        "context_length_exceeded"},
       {R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", 400, "temperature", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", 400, "top_p", ""},
+      // Positive, but 0 as the sampler's 32-bit float (was refused by the engine, naming the messages).
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 1e-46})", 400, "top_p", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "n": 0})", 400, "n", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "n": 129})", 400, "n", ""},
       {R"({"messages": [{"role": "user", "content": "x"}], "n": 1.5})", 400, "n", ""},
