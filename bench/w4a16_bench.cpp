@@ -27,7 +27,7 @@
 #include "base/check.h"
 #include "bench_json.h"
 #include "cuda/common/arch.h"
-#include "cuda/common/trace.cuh"  // kTracePoints: the dense timeline
+#include "cuda/common/trace.cuh"  // kTracePoints: the timelines
 #include "cuda/common/device_buffer.h"
 #include "cuda/moe/moe.h"
 #include "cuda/testing/bandwidth.h"
@@ -130,6 +130,26 @@ void blas_gemm(Ctx& c, const void* x, const void* w, void* y, int m, int n, int 
                    CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+static_assert(kMoeTracePoints == kTracePoints, "the MoE and dense timelines read the same stamp layout");
+
+// One point of a timeline: the percentiles over blocks [first, first + n) of stamp `pt` (of
+// kTracePoints a block) in us from t0, printed as a row of the launch's table and returned; null
+// when no block stamped it.
+json stamp_row(const std::vector<unsigned long long>& t, size_t first, size_t n, int pt, const char* name,
+               unsigned long long t0) {
+  std::vector<double> v;
+  for (size_t b = first; b < first + n; ++b) {
+    const unsigned long long st = t[b * kTracePoints + size_t(pt)];
+    if (st != 0) v.push_back((double(st) - double(t0)) * 1e-3);
+  }
+  if (v.empty()) return nullptr;
+  std::sort(v.begin(), v.end());
+  auto q = [&](double f) { return v[size_t(f * double(v.size() - 1))]; };
+  std::printf("             %-8s n=%-4zu %8.2f %8.2f %8.2f %8.2f %8.2f\n", name, v.size(), v.front(), q(0.1), q(0.5),
+              q(0.9), v.back());
+  return {{"n", v.size()}, {"min", v.front()}, {"p10", q(0.1)}, {"p50", q(0.5)}, {"p90", q(0.9)}, {"max", v.back()}};
+}
+
 // Batch sizes whose dense GEMMs also get a per-block timeline (--dense-timeline-ms; decode
 // launches only).
 std::vector<int> g_dense_timeline_ms;
@@ -167,20 +187,8 @@ json dense_timeline(Ctx& c, const Shape& sh, int m, const std::function<W4A16Gem
               sh.name.c_str(), m, w4a16_config_name(int(l->cfg)), l->splits, blocks,
               (double(t_end) - double(t0)) * 1e-3);
   const char* points[kTracePoints] = {"entry", "dep_met", "streamed", "exit"};
-  for (int pt = 0; pt < kTracePoints; ++pt) {
-    std::vector<double> v;
-    for (size_t b = 0; b < blocks; ++b) {
-      const unsigned long long st = t[b * kTracePoints + size_t(pt)];
-      if (st != 0) v.push_back((double(st) - double(t0)) * 1e-3);
-    }
-    if (v.empty()) continue;
-    std::sort(v.begin(), v.end());
-    auto q = [&](double f) { return v[size_t(f * double(v.size() - 1))]; };
-    std::printf("             %-8s n=%-4zu %8.2f %8.2f %8.2f %8.2f %8.2f\n", points[pt], v.size(), v.front(), q(0.1),
-                q(0.5), q(0.9), v.back());
-    out[points[pt]] = {{"n", v.size()}, {"min", v.front()}, {"p10", q(0.1)}, {"p50", q(0.5)}, {"p90", q(0.9)},
-                       {"max", v.back()}};
-  }
+  for (int pt = 0; pt < kTracePoints; ++pt)
+    if (json r = stamp_row(t, 0, blocks, pt, points[pt], t0); !r.is_null()) out[points[pt]] = r;
   std::fflush(stdout);
   return out;
 }
@@ -461,20 +469,9 @@ json moe_timeline(Ctx& c, int m, int launches, const std::function<void(int, con
     json pl = json::object();
     std::printf("moe        M=%-5d timeline %-7s (%d blocks), us from the router's first entry: min p10 p50 p90 max\n", m,
                 names[l], blocks[l]);
-    for (int pt = 0; pt < kMoeTracePoints; ++pt) {
-      std::vector<double> v;
-      for (int b = 0; b < blocks[l] - (l == 0 ? tail : 0); ++b) {
-        const unsigned long long st = t[(base + size_t(b)) * kMoeTracePoints + size_t(pt)];
-        if (st != 0) v.push_back((double(st) - double(t0)) * 1e-3);
-      }
-      if (v.empty()) continue;
-      std::sort(v.begin(), v.end());
-      auto q = [&](double f) { return v[size_t(f * double(v.size() - 1))]; };
-      std::printf("             %-8s n=%-4zu %8.2f %8.2f %8.2f %8.2f %8.2f\n", points[pt], v.size(), v.front(), q(0.1),
-                  q(0.5), q(0.9), v.back());
-      pl[points[pt]] = {{"n", v.size()}, {"min", v.front()}, {"p10", q(0.1)}, {"p50", q(0.5)}, {"p90", q(0.9)},
-                        {"max", v.back()}};
-    }
+    for (int pt = 0; pt < kMoeTracePoints; ++pt)
+      if (json r = stamp_row(t, base, size_t(blocks[l] - (l == 0 ? tail : 0)), pt, points[pt], t0); !r.is_null())
+        pl[points[pt]] = r;
     out[names[l]] = pl;
     base += size_t(blocks[l]);
   }
