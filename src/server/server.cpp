@@ -183,22 +183,23 @@ struct HttpServer::Impl {
     return body;
   }
 
-  // Parses the body as JSON; the parser's message says where it failed. Two scans of the text
-  // come first (json_depth.h): nesting deeper than kMaxJsonDepth is refused (using such a value
-  // would overflow the stack; parsed, it also held ~70 bytes a level), and so are objects whose
-  // members would make the ordered parse quadratic past kMaxJsonMemberPairs.
+  // Parses the body as JSON; the parser's message says where it failed. A scan of the text comes
+  // first (json_depth.h): nesting deeper than kMaxJsonDepth is refused (using such a value would
+  // overflow the stack; parsed, it also held ~70 bytes a level), and so are objects whose members
+  // would make the ordered parse quadratic past kMaxJsonMemberPairs.
   bool parse_body(const std::string& body, httplib::Response& res, Json* j) {
-    if (const size_t depth = json_nesting_depth(body); depth > kMaxJsonDepth) {
+    const JsonShape shape = json_shape(body);
+    if (shape.depth > kMaxJsonDepth) {
       send_error(res, bad_request(fmt::format("the request body nests arrays and objects {} levels deep; at most {} "
                                               "are allowed",
-                                              depth, kMaxJsonDepth)));
+                                              shape.depth, kMaxJsonDepth)));
       return false;
     }
-    if (const JsonObjectSizes sizes = json_object_sizes(body); sizes.member_pairs > kMaxJsonMemberPairs) {
+    if (shape.member_pairs > kMaxJsonMemberPairs) {
       send_error(res, bad_request(fmt::format("the request body's JSON objects have too many members (the largest "
                                               "has {}): one object may have about 8000, fewer when there are "
                                               "several large ones",
-                                              sizes.largest)));
+                                              shape.largest)));
       return false;
     }
     try {
