@@ -7,13 +7,18 @@
 #   3. `dsv4 bench --synthetic flash --layers max` at 4K (B = 1, 32) and 262K (B = 1, 8192-token
 #      prefill chunks) with e3a6fe1's dsv4 (head; its kernels are cf3e5d3's);
 #   4. the decode lab with the new tail (wo_b, wq_b, wq_a+wkv, wq_a at M = 1, 16), while time is left.
-# Carry .carry/{pack,next_new,tail,head,tl}.tar.xz (NOTES.md, "Thirty-first session", says what each holds).
+# Carry .carry/{pack,next_new,tail,head,tl}.tar.xz (NOTES.md, "Thirty-first session", says what each holds),
+# and with TESTS=1 .carry/t.tar.xz (the W4A16 kernel test of the checkout, run first).
 # END (default 380): seconds from the start by which the 262K ladder must end; the lab runs only
 # if 50 s remain before END and ends by END + 40.
 # Usage (device tool, kind nvidia-h200, needs_h200): [END=380] bash bench/h200_measure_call.sh
 END=${END:-380}
-. bench/device_lib.sh; carry_env next_new tail head tl || exit 2
+. bench/device_lib.sh; carry_env next_new tail head tl ${TESTS:+t} || exit 2
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+if [ -n "${TESTS:-}" ]; then  # TESTS=1: .carry/t.tar.xz holds cuda_w4a16_test_main (the checkout's)
+  timeout 60 .carry/bin/cuda_w4a16_test_main > $OUT/w4a16_test.log 2>&1; echo "w4a16 test rc=$? ${SECONDS}s"
+  grep -E "FAILED|PASSED" $OUT/w4a16_test.log | head
+fi
 ROUNDS=2 DEADLINE=100 W4A16_ARGS='--ms 1,16 --shapes wo_b,wq_b --moe-ms 1' PACKS=tail OUT=$OUT/ab bash bench/w4a16_builds_call.sh new tail > $OUT/ab.txt 2>&1
 grep -E "^(new|tail)\.[0-9] (wo_b|wq_b|moe +M=1 +[0-9d]|GPU)" $OUT/ab.txt | cut -c1-140
 (cd $OUT && tar czf ab_all.tgz ab && rm -rf ab)
