@@ -9,8 +9,8 @@
 #   4. the decode lab with the new tail (wo_b, wq_b, wq_a+wkv, wq_a at M = 1, 16), while time is left.
 # Carry .carry/{pack,next_new,tail,head,tl}.tar.xz (NOTES.md, "Thirty-first session", says what each holds),
 # and with TESTS=1 .carry/t.tar.xz (the W4A16 kernel test of the checkout, run first).
-# END (default 380): seconds from the start by which the 262K ladder must end; the lab runs only
-# if 50 s remain before END and ends by END + 40.
+# END (default 380): seconds from the start by which the 262K ladder must end; each ladder runs only
+# if 60 s remain before END (END=60: steps 1 and 2 alone), the lab only if 50 s remain, ending by END + 40.
 # AB_ROUNDS (default 2): rounds of step 1; HEAD_COMMIT (default e3a6fe1): the commit dsv4_head was built from.
 # Usage (device tool, kind nvidia-h200, needs_h200): [END=380] bash bench/h200_measure_call.sh
 END=${END:-380}
@@ -25,7 +25,7 @@ grep -E "^(new|tail)\.[0-9] (wo_b|wq_b|moe +M=1 +[0-9d]|GPU)" $OUT/ab.txt | cut 
 (cd $OUT && tar czf ab_all.tgz ab && rm -rf ab)
 timeout 60 .carry/bin/w4a16_bench_tl --no-moe --ms 1,16 --shapes wo_b,wq_b --dense-timeline-ms 1,16 --out $OUT/tl.json > $OUT/tl.log 2>&1; echo "timeline rc=$? ${SECONDS}s"; grep -A5 timeline $OUT/tl.log | cut -c1-160
 M=$OUT/max; mkdir -p $M; B="dsv4 bench --synthetic flash --layers max"
-timeout 130 .carry/bin/dsv4_head bench --synthetic flash --layers max --batch 1,32 --context 4096 --commit ${HEAD_COMMIT:-e3a6fe1} --command "$B --batch 1,32 --context 4096" --out $M/forward_max_4k.json > $M/max4k.log 2>&1
+[ $SECONDS -lt $((END-60)) ] && timeout 130 .carry/bin/dsv4_head bench --synthetic flash --layers max --batch 1,32 --context 4096 --commit ${HEAD_COMMIT:-e3a6fe1} --command "$B --batch 1,32 --context 4096" --out $M/forward_max_4k.json > $M/max4k.log 2>&1
 echo "max4k rc=$? ${SECONDS}s"; grep -E "^bench:|decode B=|prefill" $M/max4k.log | cut -c1-200
 [ $SECONDS -lt $((END-60)) ] && timeout $((END-SECONDS)) .carry/bin/dsv4_head bench --synthetic flash --layers max --batch 1 --context 262144 --chunk 8192 --commit ${HEAD_COMMIT:-e3a6fe1} --command "$B --batch 1 --context 262144 --chunk 8192" --out $M/forward_max_262k.json > $M/max262k.log 2>&1
 echo "max262k rc=$? ${SECONDS}s"; grep -E "^bench:|decode B=|prefill" $M/max262k.log | cut -c1-200
