@@ -24,11 +24,17 @@ ROUNDS=${AB_ROUNDS:-2} DEADLINE=100 W4A16_ARGS='--ms 1,16 --shapes wo_b,wq_b --m
 grep -E "^(new|tail)\.[0-9] (wo_b|wq_b|moe +M=1 +[0-9d]|GPU)" $OUT/ab.txt | cut -c1-140
 (cd $OUT && tar czf ab_all.tgz ab && rm -rf ab)
 timeout 60 .carry/bin/w4a16_bench_tl --no-moe --ms 1,16 --shapes wo_b,wq_b --dense-timeline-ms 1,16 --out $OUT/tl.json > $OUT/tl.log 2>&1; echo "timeline rc=$? ${SECONDS}s"; grep -A5 timeline $OUT/tl.log | cut -c1-160
-M=$OUT/max; mkdir -p $M; B="dsv4 bench --synthetic flash --layers max"
-[ $SECONDS -lt $((END-60)) ] && timeout 130 .carry/bin/dsv4_head bench --synthetic flash --layers max --batch 1,32 --context 4096 --commit ${HEAD_COMMIT:-e3a6fe1} --command "$B --batch 1,32 --context 4096" --out $M/forward_max_4k.json > $M/max4k.log 2>&1
-echo "max4k rc=$? ${SECONDS}s"; grep -E "^bench:|decode B=|prefill" $M/max4k.log | cut -c1-200
-[ $SECONDS -lt $((END-60)) ] && timeout $((END-SECONDS)) .carry/bin/dsv4_head bench --synthetic flash --layers max --batch 1 --context 262144 --chunk 8192 --commit ${HEAD_COMMIT:-e3a6fe1} --command "$B --batch 1 --context 262144 --chunk 8192" --out $M/forward_max_262k.json > $M/max262k.log 2>&1
-echo "max262k rc=$? ${SECONDS}s"; grep -E "^bench:|decode B=|prefill" $M/max262k.log | cut -c1-200
+M=$OUT/max; mkdir -p $M
+# max_ladder NAME LIMIT ARGS...: `dsv4 bench --synthetic flash --layers max ARGS` with dsv4_head, if
+# 60 s remain before END; JSON in $M/forward_NAME.json, log in $M/NAME.log.
+max_ladder() {
+  local name=$1 limit=$2; shift 2
+  [ $SECONDS -lt $((END-60)) ] && timeout $limit .carry/bin/dsv4_head bench --synthetic flash --layers max "$@" \
+    --commit ${HEAD_COMMIT:-e3a6fe1} --command "dsv4 bench --synthetic flash --layers max $*" --out $M/forward_$name.json > $M/$name.log 2>&1
+  echo "$name rc=$? ${SECONDS}s"; grep -E "^bench:|decode B=|prefill" $M/$name.log 2>/dev/null | cut -c1-200
+}
+max_ladder max_4k 130 --batch 1,32 --context 4096
+max_ladder max_262k $((END-SECONDS)) --batch 1 --context 262144 --chunk 8192
 (cd $OUT && tar czf max.tgz max && rm -rf max)
 if [ $SECONDS -lt $((END-50)) ]; then
   timeout $((END+40-SECONDS)) .carry/bin/w4a16_bench_tail --lab --lab-ms 1,16 --no-moe --no-dense --shapes wo_b,wq_b,wq_a+wkv,wq_a > $OUT/lab_tail.log 2>&1; echo "lab rc=$? ${SECONDS}s"

@@ -333,7 +333,7 @@ TEST(W4A16Decode, ForcedLaunchesMatchExactReference) {
   DSV4_ASSERT_OK(dev.status());
   for (int si : {3, 1, 8}) {  // wo_b (K = 8192), wq_b (N = 32768), w13_gateup (interleaved)
     const ShapeSpec sh = flash_shapes()[size_t(si)];
-    for (int m : {1, 5, 12, 16, 17, 32}) {  // 12: a partial 16-row tile (SM90: wgmma with zero rows)
+    for (int m : {1, 5, 12, 16, 17, 32}) {  // 12: a partial 16-row tile (its last rows clamped)
       const uint64_t seed = 5000 + 31 * uint64_t(si) + uint64_t(m);
       const std::vector<float> x = random_bf16_values(int64_t(m) * sh.k, seed, 1.0f);
       DeviceBuffer dx = upload_vector(to_bf16(x));
