@@ -7,7 +7,7 @@
 # the most loaded SM streams ceil(224 S / 132) x 256 KB / S (S = 4: 448 KB instead of 512).
 # Needs .carry/bin/w4a16_bench_$BIN (default tail) and the library path (device_lib.sh carry_env).
 # Usage (device tool): . bench/device_lib.sh; carry_env tail; [MOE_FORCES='1,4,2,1,1,2 ...'] bash bench/moe_force_sweep.sh
-FORCES=${MOE_FORCES:-"1,4,2,1,1,2 1,8,2,1,1,2 2,7,2,1,1,2 2,8,2,1,1,2 0,2,2,1,1,2 0,4,2,1,1,2 1,4,3,1,1,2 1,4,2,1,4,2 1,4,2,0,4,2"}
+FORCES=${MOE_FORCES:-"1,4,2,1,1,2 1,7,2,1,1,2 1,8,2,1,1,2 2,7,2,1,1,2 2,8,2,1,1,2 0,2,2,1,1,2 1,4,3,1,1,2 1,4,2,1,4,2 1,4,2,2,7,2"}
 BIN=.carry/bin/w4a16_bench_${BIN:-tail}
 for r in $(seq 1 "${MOE_ROUNDS:-2}"); do
   for f in heuristic $FORCES; do
