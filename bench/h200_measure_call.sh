@@ -6,8 +6,7 @@
 #   2. the dense decode timeline of wo_b and wq_b at M = 1, 16 (w4a16_bench_tl, 948a1db);
 #   3. `dsv4 bench --synthetic flash --layers max` at 4K (B = 1, 32) and 262K (B = 1, 8192-token
 #      prefill chunks) with e3a6fe1's dsv4 (head; its kernels are cf3e5d3's);
-#   4. the decode lab with the new tail (wo_b, wq_b, wq_a+wkv, wq_a at M = 1, 16), while time is left;
-#   after step 1: the MoE layer at M = 1 with balanced gate/up launches (bench/moe_force_sweep.sh).
+#   4. the decode lab with the new tail (wo_b, wq_b, wq_a+wkv, wq_a at M = 1, 16), while time is left.
 # Carry .carry/{pack,next_new,tail,head,tl}.tar.xz (NOTES.md, "Thirty-first session", says what each holds),
 # and with TESTS=1 .carry/t.tar.xz (the W4A16 kernel test of the checkout, run first).
 # END (default 380): seconds from the start by which the 262K ladder must end; each ladder runs only
@@ -24,9 +23,6 @@ fi
 ROUNDS=${AB_ROUNDS:-2} DEADLINE=100 W4A16_ARGS='--ms 1,16 --shapes wo_b,wq_b --moe-ms 1' PACKS=tail OUT=$OUT/ab bash bench/w4a16_builds_call.sh new tail > $OUT/ab.txt 2>&1
 grep -E "^(new|tail)\.[0-9] (wo_b|wq_b|moe +M=1 +[0-9d]|GPU)" $OUT/ab.txt | cut -c1-140
 (cd $OUT && tar czf ab_all.tgz ab && rm -rf ab)
-# The MoE layer at M = 1 with launches that spread gate/up's bytes evenly over the SMs
-# (moe_force_sweep.sh; MOE_FORCES= skips it).
-[ "${MOE_FORCES-x}" != "" ] && bash bench/moe_force_sweep.sh
 timeout 60 .carry/bin/w4a16_bench_tl --no-moe --ms 1,16 --shapes wo_b,wq_b --dense-timeline-ms 1,16 --out /tmp/tl.json > $OUT/tl.log 2>&1; echo "timeline rc=$? ${SECONDS}s"; grep -A5 timeline $OUT/tl.log | cut -c1-160
 M=$OUT/max; mkdir -p $M
 # max_ladder NAME LIMIT ARGS...: `dsv4 bench --synthetic flash --layers max ARGS` with dsv4_head, if
