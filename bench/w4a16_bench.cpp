@@ -478,6 +478,17 @@ json moe_timeline(Ctx& c, int m, int launches, const std::function<void(int, con
     for (int pt = 0; pt < kMoeTracePoints; ++pt)
       if (json r = stamp_row(t, base, size_t(blocks[l] - (l == 0 ? tail : 0)), pt, points[pt], t0); !r.is_null())
         pl[points[pt]] = r;
+    // Every block's stamps (us; 0: not stamped), in block order, for a look at which blocks end late.
+    json raw = json::array();
+    for (size_t b = base; b < base + size_t(blocks[l]); ++b) {
+      json row = json::array();
+      for (int pt = 0; pt < kMoeTracePoints; ++pt) {
+        const unsigned long long st = t[b * kMoeTracePoints + size_t(pt)];
+        row.push_back(st == 0 ? 0.0 : std::round((double(st) - double(t0)) * 10.0) * 1e-4);
+      }
+      raw.push_back(row);
+    }
+    pl["blocks"] = raw;
     out[names[l]] = pl;
     base += size_t(blocks[l]);
   }

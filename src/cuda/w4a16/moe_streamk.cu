@@ -130,11 +130,14 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_moe_up_streamk_kernel(const
   const int a_off = kWarps * stages * kDecodeSlotBytes;
   const int a_seg_bytes = p.a_rows * 256;  // A bytes of one group of a segment's rows
   const int red_off = a_off + a_seg_bytes * p.a_groups;
-  // This warp's items: s_nit[s][warp] in segment s (groups g0 + wk + i kWK); those of routed
-  // segments are known after the router's tile list.
+  // This warp's items: s_nit[s][warp] in segment s, groups g0 + first_group(s) + i kWK; those
+  // of routed segments are known after the router's tile list. Unit j of the block's range goes
+  // to warp j % kWK across segment boundaries, so no warp holds more than ceil(range / kWK)
+  // items (per segment it could be one more per segment: 8 of 27 units where 7 is the bound).
+  auto first_group = [&](int s) { return (wk - s_aoff[s]) & (kWK - 1); };
   auto count_items = [&](int s) {
-    const int len = s_rows[s] > 0 ? s_len[s] : 0;
-    return wk < len ? (len - wk + kWK - 1) / kWK : 0;
+    const int len = s_rows[s] > 0 ? s_len[s] : 0, g = first_group(s);
+    return g < len ? (len - g + kWK - 1) / kWK : 0;
   };
   if (lane == 0)
     for (int s = 0; s < kMaxSegs; ++s) s_nit[s][warp] = (s < nseg && s_z[s] < p.n_shared_tiles) ? count_items(s) : 0;
@@ -159,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_moe_up_streamk_kernel(const
       f -= s_nit[s][warp];
       ++s;
     }
-    const int g = s_g0[s] + wk + f * kWK;
+    const int g = s_g0[s] + first_group(s) + f * kWK;
     const int expert = s_expert[s];
     const int nt = s_nb[s] * kWN + wn;
     const uint4* wbase = expert == p.shared_expert ? p.w_shared : p.w + expert * p.w_expert_stride;
@@ -244,11 +247,21 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_moe_up_streamk_kernel(const
   for (int s = 0; s < nseg; ++s) {
     const int rows = s_rows[s], cpr = s_len[s] * 16, row_bytes = s_len[s] * 256;
     unsigned char* a_seg = smem + a_off + s_aoff[s] * a_seg_bytes;
-    for (int idx = tid; idx < rows * cpr; idx += kThreads) {
-      const int r = idx / cpr, c = idx - r * cpr;
-      const uint4 v = ld_cg_v4(p.a + s_arow[s][r] + c * 8);
-      *reinterpret_cast<uint4*>(a_seg + r * row_bytes + ((c ^ (r & 7)) << 4)) = v;
-      atomicMax(&s_row_exp[s][r], bf16x8_max_exponent(v));
+    for (int base = tid; base < rows * cpr; base += 4 * kThreads) {  // 4 loads in flight a thread
+      uint4 v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int idx = base + j * kThreads, r = idx / cpr;
+        if (idx < rows * cpr) v[j] = ld_cg_v4(p.a + s_arow[s][r] + (idx - r * cpr) * 8);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int idx = base + j * kThreads, r = idx / cpr, c = idx - r * cpr;
+        if (idx < rows * cpr) {
+          *reinterpret_cast<uint4*>(a_seg + r * row_bytes + ((c ^ (r & 7)) << 4)) = v[j];
+          atomicMax(&s_row_exp[s][r], bf16x8_max_exponent(v[j]));
+        }
+      }
     }
   }
   __syncthreads();
@@ -282,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_moe_up_streamk_kernel(const
     const int row_bytes = s_len[s] * 256;
     const int xrow = min(lane & 7, rows - 1);
     const uint32_t x_addr = smem_base + a_off + s_aoff[s] * a_seg_bytes + xrow * row_bytes;
-    const int x_xor = xrow & 7;
+    const int x_xor = xrow & 7, gl0 = first_group(s);
     float sacc[4][4];
 #pragma unroll
     for (int w = 0; w < 4; ++w)
@@ -292,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_moe_up_streamk_kernel(const
       wait_slot(slot);
       const unsigned char* sl = smem + ring_off + slot * kDecodeSlotBytes;
       const uint4* bq = reinterpret_cast<const uint4*>(sl);
-      const int gl = wk + i * kWK;
+      const int gl = gl0 + i * kWK;
       float g4[4][4];
 #pragma unroll
       for (int w = 0; w < 4; ++w)
@@ -332,6 +345,7 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_moe_up_streamk_kernel(const
       slot = slot + 1 == stages ? 0 : slot + 1;
     }
 
+    if (s == nseg - 1) trace_stamp(p.trace, 2);  // warp 0's K loop is done
     // This warp's sums of the segment: [rows][64] fp32 in its own shared slice, back in A's scale.
     float* red = reinterpret_cast<float*>(smem + red_off) + (s * kWarps + warp) * p.a_rows * 64;
 #pragma unroll
@@ -381,15 +395,18 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_moe_up_streamk_kernel(const
           __stcg(part + (piece * p.a_rows + r) * 64 + cg, vg[r]);
           __stcg(part + (piece * p.a_rows + r) * 64 + cu, vu[r]);
         }
-      __threadfence();
+      // One acq_rel arrival from lane 0 after the warp barrier, which orders the other lanes'
+      // stores before it (common/arrival.cuh, with bar.warp.sync for bar.sync); the barrier after
+      // the arrival carries its acquire to the lanes that read the other pieces.
       __syncwarp();
       int old = 0;
       if (lane == 0) {
         old = atomic_add_acq_rel_gpu(p.counters + tile64, 1);
         if (old == pieces - 1) atomicExch(p.counters + tile64, 0);
       }
-      if (__shfl_sync(0xffffffffu, old, 0) != pieces - 1) continue;
-      __threadfence();
+      old = __shfl_sync(0xffffffffu, old, 0);
+      __syncwarp();
+      if (old != pieces - 1) continue;
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
         if (r < rows) {
@@ -415,7 +432,6 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_moe_up_streamk_kernel(const
       }
   }
   cp_async_wait<0>();
-  trace_stamp(p.trace, 2);
   trace_stamp(p.trace, 3);
 }
 
