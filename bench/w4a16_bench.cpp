@@ -421,17 +421,11 @@ bool g_moe_pattern = false;
 // --moe-force: the MoE rows (time, breakdown, timeline) with these GEMM launches instead of the
 // heuristics' (an A/B of a launch against the heuristics: run the benchmark with and without).
 std::optional<MoeDiagnosticLaunches> g_moe_force;
-// --moe-streamk on|off[,shared_blocks[,stages]]: the gate/up GEMM as the stream-K launch
-// (w4a16/moe_streamk.cu) or not, whatever the heuristics say (MoeDiagnosticLaunches::up_streamk).
-int g_moe_streamk = 0, g_streamk_shared_blocks = 0, g_streamk_stages = 0;
 // The diagnostic launches of a measured MoE call: forced ones if asked, else the heuristics'.
 MoeDiagnosticLaunches moe_launches(int launches) {
   MoeDiagnosticLaunches d = g_moe_force.value_or(MoeDiagnosticLaunches{});
   d.force_configs = g_moe_force.has_value();
   d.launches = launches;
-  d.up_streamk = g_moe_streamk;
-  d.streamk_shared_blocks = g_streamk_shared_blocks;
-  d.streamk_stages = g_streamk_stages;
   return d;
 }
 
@@ -484,7 +478,7 @@ json moe_timeline(Ctx& c, int m, int launches, const std::function<void(int, con
       json row = json::array();
       for (int pt = 0; pt < kMoeTracePoints; ++pt) {
         const unsigned long long st = t[b * kMoeTracePoints + size_t(pt)];
-        row.push_back(st == 0 ? 0.0 : std::round((double(st) - double(t0)) * 10.0) * 1e-4);
+        row.push_back(st == 0 ? 0.0 : std::round((double(st) - double(t0)) * 0.1) * 0.01);  // 10 ns
       }
       raw.push_back(row);
     }
@@ -791,19 +785,6 @@ int main(int argc, char** argv) {
                  f.size());
       g_moe_force = MoeDiagnosticLaunches{f[0], f[1], f[2], f[3], f[4], f[5]};
     }
-    else if (a == "--moe-streamk" && i + 1 < argc) {
-      std::string v = argv[++i];
-      const size_t comma = v.find(',');
-      const std::string mode = v.substr(0, comma);
-      DSV4_CHECK(mode == "on" || mode == "off", "--moe-streamk takes on|off[,shared_blocks[,stages]], found '{}'", v);
-      g_moe_streamk = mode == "on" ? 1 : -1;
-      if (comma != std::string::npos) {
-        const std::vector<int> f = parse_list(v.substr(comma + 1));
-        DSV4_CHECK(f.size() <= 2, "--moe-streamk: at most shared_blocks,stages after on|off, found '{}'", v);
-        g_streamk_shared_blocks = f.empty() ? 0 : f[0];
-        g_streamk_stages = f.size() < 2 ? 0 : f[1];
-      }
-    }
     else if (a == "--shapes" && i + 1 < argc) {
       only_shapes = ",";
       only_shapes += argv[++i];
@@ -815,7 +796,6 @@ int main(int argc, char** argv) {
                    "          [--lab] [--lab-ms 1,16,32] [--moe-lab-ms 1,..] [--ms 1,16,..] [--moe-ms 1,..]\n"
                    "          [--shapes wq_b,wo_b,..] [--prefill-lab 1024,4096] [--moe-timeline-ms 1,..] [--dense-timeline-ms 1,..]\n"
                    "          [--moe-force up_cfg,splits,stages,down_cfg,splits,stages] [--moe-pattern]\n"
-                   "          [--moe-streamk on|off[,shared_blocks[,stages]]]\n"
                    "          [--weights-l2 normal|first]\n",
                    argv[0]);
       return 2;

@@ -531,53 +531,6 @@ TEST(MoeForwardDiagnostic, FourAndSixteenRowTilesMatchReference) {
   EXPECT_NE(st_trace.message().find("trace needs"), std::string::npos) << st_trace.to_string();
 }
 
-// The stream-K gate/up (w4a16/moe_streamk.cu): every block of a resident grid takes the same
-// number of (block tile, k-group) units, so tiles end in several blocks' pieces. Against the
-// reference at M = 1 and 2 (two equal rows: 2-row tiles, and fewer routed tiles than the grid
-// holds), with ranges of 2 and 3 segments (shared blocks 20: 52 units a block), many pieces
-// per tile (M = 1, 100 shared blocks: ~10 units), one block per SM (M = 1, 4 stages) and a
-// one-slot ring; the same bits twice; refused where the ranges would touch too many tiles (M = 4).
-TEST(MoeForwardStreamK, MatchesReferenceAndRepeats) {
-  DSV4_SKIP_WITHOUT_GPU();
-  MoeSetup& s = setup();
-  struct Case {
-    int shared_blocks, stages;
-  };
-  for (int m : {1, 2}) {
-    const std::vector<Case> cases = m == 1 ? std::vector<Case>{{0, 2}, {20, 2}, {100, 2}, {0, 4}, {40, 1}}
-                                           : std::vector<Case>{{0, 2}, {20, 2}, {40, 1}};
-    std::vector<float> x = random_bf16_values(int64_t(m) * kHidden, 9800 + uint64_t(m), 1.0f);
-    if (m == 2) std::copy(x.begin(), x.begin() + kHidden, x.begin() + kHidden);  // both rows route alike
-    MoeDiagnosticLaunches off;
-    off.force_configs = false;
-    off.up_streamk = -1;
-    const RunResult base = run_moe(s.weights(false), x, {}, m, nullptr, &off);
-    const auto routes = check_routing(base, x, {}, m, s.gate_h, s.bias_h.data(), "streamk");
-    for (const Case& c : cases) {
-      MoeDiagnosticLaunches d;
-      d.force_configs = false;
-      d.up_streamk = 1;
-      d.streamk_shared_blocks = c.shared_blocks;
-      d.streamk_stages = c.stages;
-      char what[64];
-      std::snprintf(what, sizeof(what), "M=%d stream-K shared blocks %d stages %d", m, c.shared_blocks, c.stages);
-      const RunResult r = run_moe(s.weights(false), x, {}, m, nullptr, &d);
-      check_output(r, x, m, routes, what);
-      EXPECT_EQ(r.ids, base.ids) << what;
-      EXPECT_EQ(run_moe(s.weights(false), x, {}, m, nullptr, &d).y, r.y) << what << ": two runs differ";
-    }
-  }
-  const int m = 4;
-  DeviceBuffer dx = upload_vector(to_bf16(random_bf16_values(int64_t(m) * kHidden, 9900, 1.0f)));
-  DeviceBuffer dy = device_alloc(size_t(m) * kLdy * 2);
-  MoeDiagnosticLaunches d;
-  d.force_configs = false;
-  d.up_streamk = 1;
-  const Status st = moe_forward(s.weights(false), moe_args(dx, dy, m), s.ws, nullptr, &d);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
-  EXPECT_NE(st.message().find("stream-K"), std::string::npos) << st.to_string();
-}
-
 // Prefill-sized batches (128-row router tiles): the portable tiled kernel and, on SM90, both
 // wgmma widths for either GEMM, forced, against the reference and against each other's routing.
 TEST(MoeForwardDiagnostic, TiledPrefillLaunchesMatchReference) {

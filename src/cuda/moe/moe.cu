@@ -201,22 +201,11 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
     return l;
   };
   const MoeDiagnosticLaunches d = diag != nullptr ? *diag : MoeDiagnosticLaunches{};
-  DSV4_ASSIGN_OR_RETURN(GemmLaunch up, plan(2 * inter, hidden, routed_experts * up_bytes, true, forced, d.up_config,
-                                            d.up_splits, d.up_stages));
-  if (d.up_streamk < -1 || d.up_streamk > 1)
-    return invalid_argument("moe_forward: diagnostic up_streamk {} not in -1, 0, 1", d.up_streamk);
-  if (decode && (d.up_streamk == 1 || (d.up_streamk == 0 && !forced && use_moe_up_streamk(m, *dev)))) {
-    Result<GemmLaunch> sk = plan_moe_up_streamk(n_shared_tiles, max_tiles, std::min(m, block_m), 2 * inter, hidden,
-                                                d.streamk_shared_blocks, d.streamk_stages != 0 ? d.streamk_stages : 2,
-                                                *dev, partial_floats, ws.n_gemm_counters_);
-    if (sk.is_ok())
-      up = *sk;
-    else if (d.up_streamk == 1)
-      return invalid_argument("moe_forward: diagnostic stream-K gate/up: {}", sk.status().message());
-  }
+  DSV4_ASSIGN_OR_RETURN(const GemmLaunch up, plan(2 * inter, hidden, routed_experts * up_bytes, true, forced,
+                                                  d.up_config, d.up_splits, d.up_stages));
   DSV4_ASSIGN_OR_RETURN(const GemmLaunch down, plan(hidden, inter, routed_experts * down_bytes, false, forced,
                                                     d.down_config, d.down_splits, d.down_stages));
-  for (const GemmLaunch* l : {static_cast<const GemmLaunch*>(&up), &down}) {
+  for (const GemmLaunch* l : {&up, &down}) {
     DSV4_ASSIGN_OR_RETURN(const GemmConfigInfo ci, gemm_config_info(l->cfg));
     const size_t tiles = size_t(l->grid.x) * l->grid.z;
     if (l->splits > 1 && (tiles > size_t(ws.n_gemm_counters_) || tiles * l->splits * ci.block_m * ci.block_n > partial_floats))
@@ -300,11 +289,7 @@ Status moe_forward(const MoeLayerWeights& w, const MoeArgs& a, MoeWorkspace& ws,
   g.stages = up.stages;
   g.a_rows = up.a_rows;
   g.a_groups = up.a_groups;
-  g.sk_tiles = max_tiles;
-  g.sk_shared_blocks = up.sk_shared_blocks;
-  g.sk_pieces = up.sk_pieces;
-  DSV4_RETURN_IF_ERROR(up.streamk ? launch_moe_up_streamk(g, up.grid, up.smem, stream, up.pdl)
-                                  : launch_gemm(up.cfg, g, up.grid, up.smem, stream, up.pdl));
+  DSV4_RETURN_IF_ERROR(launch_gemm(up.cfg, g, up.grid, up.smem, stream, up.pdl));
   if (launches == 2) return Status::ok();
 
   // Down: act [pairs, inter] x [hidden, inter]^T -> down [pairs, hidden], combined into y.

@@ -83,11 +83,6 @@ struct MoeDiagnosticLaunches {
   unsigned long long* trace = nullptr;
   int64_t trace_capacity = 0;
   int* trace_blocks = nullptr;
-  // Gate/up as a stream-K launch (w4a16/moe_streamk.cu; tiles of at most 8 rows): 0 as the
-  // heuristics choose, 1 on (refused where it does not fit), -1 off. With it, the blocks on the
-  // shared expert's tiles (0: one per 128-column block tile) and the ring depth (0: 2).
-  int up_streamk = 0;
-  int streamk_shared_blocks = 0, streamk_stages = 0;
 };
 
 // Everything moe_forward needs besides weights, sized for up to max_tokens rows. Created once

@@ -268,14 +268,6 @@ Result<GemmLaunch> choose_moe_decode_launch(int block_m, int max_tiles, int tile
   return internal_error("moe decode GEMM: no launch for N={} K={} tiles={} fits", n, k, max_tiles);
 }
 
-// The stream-K gate/up (moe_streamk.cu) balances the bytes over the SMs; not measured against the
-// decode grid yet, so off (MoeDiagnosticLaunches::up_streamk turns it on).
-bool use_moe_up_streamk(int m, const DeviceInfo& dev) {
-  (void)m;
-  (void)dev;
-  return false;
-}
-
 // Memory-bound shapes want every SM streaming weights: when the output tiles alone give fewer
 // blocks than fit on the GPU at once, split K so that one full wave is resident. Each split adds
 // an fp32 partial tile, written and read once (rows x n x 8 bytes); when the tiles alone already

@@ -70,11 +70,6 @@ struct GemmKernelArgs {
   __nv_bfloat16* y = nullptr;        // kMoeDown: bf16 [M, N] final output, row stride ldy
   int64_t ldy = 0;
   float swiglu_limit = 10.0f;
-  // kMoeUp as a stream-K launch (moe_streamk.cu): grid.x blocks in two partitions of equal unit
-  // ranges (unit: one 128-k group of a 128-column block tile), the first sk_shared_blocks over the
-  // shared expert's tiles, the rest over the routed ones; sk_tiles row tiles in all (the grid
-  // tiles of the decode launch: shared, then routed); at most sk_pieces blocks share a tile.
-  int sk_tiles = 0, sk_shared_blocks = 0, sk_pieces = 0;
   unsigned long long* trace = nullptr;  // diagnostics (decode kernels): u64 [grid blocks][4] stamps
                                         // (common/trace.cuh); null in production launches
 };
@@ -134,7 +129,6 @@ DSV4_DECLARE_GEMM_CONFIG(m128)
 DSV4_DECLARE_GEMM_CONFIG(wg128)  // wg128, wg256: defined in wgmma_kernel.cu, or as stubs
 DSV4_DECLARE_GEMM_CONFIG(wg256)  // (gemm.cu) when sm_90a is not built
 #undef DSV4_DECLARE_GEMM_CONFIG
-Status launch_moe_up_streamk(const GemmKernelArgs& args, dim3 grid, size_t smem, cudaStream_t stream, bool pdl);
 
 // Cached GemmConfigInfo of `cfg` on the current device.
 Result<GemmConfigInfo> gemm_config_info(GemmConfig cfg);
@@ -163,10 +157,6 @@ struct GemmLaunch {
   // Diagnostics (decode configurations; the benchmark's dense timeline): u64 [grid blocks][4]
   // stamps of this launch's blocks (common/trace.cuh). Null in every production launch.
   unsigned long long* trace = nullptr;
-  // The MoE gate/up GEMM as a stream-K launch (moe_streamk.cu): grid (blocks); sk_* as in
-  // GemmKernelArgs; a_rows, a_groups: the rows of a tile and the most groups a block holds.
-  bool streamk = false;
-  int sk_shared_blocks = 0, sk_pieces = 0;
 };
 inline constexpr int kMaxClusterSplits = 8;  // the portable cluster size
 // Whether `l` may run its split-K through a cluster on `dev` (SM90, 2..kMaxClusterSplits splits).
@@ -188,15 +178,6 @@ Result<GemmLaunch> choose_decode_launch(int m, int n, int k, double weight_bytes
 Result<GemmLaunch> choose_moe_decode_launch(int block_m, int max_tiles, int tile_rows, int n, int k, bool gate_up,
                                             const DeviceInfo& dev, size_t partial_floats, int n_counters);
 GemmConfig choose_tiled_config(int rows_hint);
-// The MoE gate/up GEMM as a stream-K launch (moe_streamk.cu) for tiles of at most 8 rows: whether
-// the heuristics take it for M tokens, and the launch over max_tiles row tiles (the first
-// n_shared_tiles the shared expert's) with `shared_blocks` blocks on the shared tiles (0: one per
-// 128-column block tile) and a ring of `stages` groups per warp; an error where it does not fit.
-bool use_moe_up_streamk(int m, const DeviceInfo& dev);
-Result<GemmLaunch> plan_moe_up_streamk(int n_shared_tiles, int max_tiles, int tile_rows, int n, int k,
-                                       int shared_blocks, int stages, const DeviceInfo& dev, size_t partial_floats,
-                                       int n_counters);
-inline constexpr int kStreamKMaxSegs = 3;  // block tiles one stream-K block's range may touch
 // SM90 (the caller checks wgmma_supported()): the wgmma configuration for an M x N dense GEMM,
 // or none where the portable kernels are faster (at most 64 rows, or a grid of 128 x 128 tiles
 // under a third of the n_sms SMs: those need split-K).
