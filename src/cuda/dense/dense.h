@@ -43,6 +43,8 @@ bool dense_decode_streams(const DenseDecodeShape& s);
 // the kernel does not take the shape. For tests and benchmarks that compare kernels.
 inline constexpr int kDenseForceStream = 1;
 inline constexpr int kDenseForceTc = 2;
+// Forces the one-row register-streaming GEMV (dense_gemv.cu: m = 1, bf16 weights, k % 2048 == 0).
+inline constexpr int kDenseForceGemv = 3;
 // Rows of x up to which the tensor-core kernel runs (what 0 picks for fp8-form weights).
 inline constexpr int kDenseTcMaxRows = 8;
 
