@@ -54,7 +54,7 @@ struct BenchArgs {
   std::string model, synthetic, out, commit = "unknown", command;
   std::string argv;                      // the process's command line, recorded as run
   std::vector<std::string> layer_types;  // synthetic: per-layer swa|csa|hca (default: Flash's pattern)
-  std::string dense_decode = "proj";     // GpuModelOptions::dense_decode
+  std::string dense_decode = "woa,proj";  // GpuModelOptions::dense_decode
   std::string pdl = "on";                // on | off: cuda::set_pdl_enabled, before the model loads
   std::string weights_l2 = "normal";     // normal | first: cuda::set_weights_evict_first, likewise
   int attention_head_groups = 0;         // GpuModelOptions::attention_head_groups
@@ -530,7 +530,7 @@ void register_bench(CLI::App& app, int& exit_code, const std::string& argv) {
   cmd->add_option("--chunk", a->chunk, "prefill chunk (tokens per step)")->capture_default_str();
   cmd->add_option("--seed", a->seed, "synthetic weights seed")->capture_default_str();
   cmd->add_option("--dense-decode", a->dense_decode, "none | woa | proj | woa,proj: dense linears of decode batches "
-                  "on the project's dense decode kernels instead of cuBLAS (proj: 1..4 rows)")->capture_default_str();
+                  "on the project's dense decode kernels instead of cuBLAS (woa: 1 row; proj: 1..4 rows)")->capture_default_str();
   cmd->add_option("--pdl", a->pdl, "on | off: programmatic dependent launch of the step kernels (SM90; off: plain "
                   "launches, for A/B runs)")->capture_default_str();
   cmd->add_option("--weights-l2", a->weights_l2,

@@ -54,8 +54,8 @@ class Blas {
                           __nv_bfloat16* u) const;
 
   // grouped_bf16_out with w in the fp8 form (cuda::Fp8WeightView): up to kDecodeMaxRows rows on
-  // the dense decode kernels (1..4 rows: the bits of grouped_bf16_out on the bf16 weight with
-  // dense_woa; 5..32: fp8 blocks of 32 rows, another summation order); more rows: w as bf16 into
+  // the dense decode kernels (1..8 rows: the tensor-core kernel; 9..32: fp8 blocks of 32 rows;
+  // their own summation orders, close to the bf16 result); more rows: w as bf16 into
   // `scratch` (bf16 [groups * n, k]), then grouped_bf16_out on it (cuBLAS: its bits).
   Status grouped_fp8_bf16_out(const __nv_bfloat16* o, int m, int groups, cuda::Fp8WeightView w, int n, int k,
                               __nv_bfloat16* u, __nv_bfloat16* scratch) const;

@@ -28,9 +28,9 @@ struct GpuModelOptions {
   // options() reports the resolved values (n_kv_blocks, max_positions) after load.
   std::vector<int> graph_batch_sizes;  // decode batch sizes to capture (empty: eager only)
   // Decode batches of these dense BF16 linears on the project's dense decode kernels instead of
-  // cuBLAS (gpu/blas.cpp): "none", "woa" (grouped wo_a, up to 32 rows), "proj" (compressor and
-  // indexer projections, 1..4 rows: the weight-streaming kernel), "woa,proj".
-  std::string dense_decode = "proj";
+  // cuBLAS (gpu/blas.cpp): "none", "woa" (grouped wo_a, one row: the one-row GEMV), "proj"
+  // (compressor and indexer projections, 1..4 rows: the weight-streaming kernels), "woa,proj".
+  std::string dense_decode = "woa,proj";
   // Sparse attention blocks of 1 or 4 groups of 16 heads for every batch; 0: the plan picks by
   // batch size (for A/B runs: `dsv4 bench --attention-head-groups`).
   int attention_head_groups = 0;
@@ -45,8 +45,8 @@ struct GpuModelOptions {
   // lossless fp8 form (gpu/device_weights.h) where every value allows it: half its bytes. Decode
   // batches run the dense decode kernels on it, larger steps a bf16 copy made per layer into a
   // 67 MB workspace (cuBLAS). Same values either way; the bits equal those of the bf16 weight on
-  // cuBLAS (prefill) and on the streaming kernel (1..4 rows, dense_decode "woa"); 5..32 rows sum
-  // in blocks of 32 weight rows (cuda/dense/dense.h), close to but not the bf16 kernel's bits.
+  // cuBLAS (prefill); decode batches sum in the fp8 kernels' own orders (the tensor-core kernel at
+  // 1..8 rows, blocks of 32 weight rows at 9..32; cuda/dense/dense.h), close to the bf16 result.
   bool wo_a_fp8 = false;
 };
 

@@ -221,8 +221,8 @@ TEST(DenseDecode, GroupedWoA) {
   // Flash: 8 groups, o_lora_rank 1024, group_in_dim 4096; o [T, 8 * 4096], u [T, 8 * 1024].
   const Problem p = make_problem(1024, 4096, 8, 8 * 4096, 4096, 8 * 1024, 1024, 101);
   for (int m : kRealM)
-    for (int rpb : {0, 8, 16, kDenseForceTc}) {
-      if (rpb == kDenseForceTc && m > kDenseTcMaxRows) continue;
+    for (int rpb : {0, 8, 16, kDenseForceTc, kDenseForceGemv}) {
+      if ((rpb == kDenseForceTc && m > kDenseTcMaxRows) || (rpb == kDenseForceGemv && m > 1)) continue;
       check("wo_a", p, m, DenseOut::kBf16, rpb);
     }
   for (int m : {1, 32}) time_it("wo_a", p, m, DenseOut::kBf16);
@@ -234,8 +234,8 @@ TEST(DenseDecode, CompressedProjections) {
     const Problem p = make_problem(n, 4096, 1, 4096, 0, n, 0, 202 + uint64_t(n));
     const char* name = n == 2624 ? "proj_csa" : "proj_hca";
     for (int m : kRealM)
-      for (int rpb : {0, 8, 16, kDenseForceTc}) {
-        if (rpb == kDenseForceTc && m > kDenseTcMaxRows) continue;
+      for (int rpb : {0, 8, 16, kDenseForceTc, kDenseForceGemv}) {
+        if ((rpb == kDenseForceTc && m > kDenseTcMaxRows) || (rpb == kDenseForceGemv && m > 1)) continue;
         check(name, p, m, DenseOut::kF32, rpb);
       }
     for (int m : {1, 32}) time_it(name, p, m, DenseOut::kF32);
@@ -424,6 +424,9 @@ TEST(DenseDecode, EdgeShapes) {
       {"grp3", 24, 288, 3, 3 * 288 + 16, 288 + 8, 3 * 30 + 2, 30},  // groups with padded strides
       {"grp20", 35, 320, 20, 20 * 320 + 8, 320, 20 * 40, 40},        // stream kernel: blocks span two groups
       {"k6176", 300, 6176, 1, 6176, 0, 300, 0},                      // stream kernel: pieces 2048, 2048, 2048, 32
+      {"n5_k2048", 5, 2048, 1, 2048, 0, 7, 0},                       // GEMV: 5 one-row blocks, 7 warps idle each
+      {"grp20_k2048", 35, 2048, 20, 20 * 2048 + 8, 2048, 20 * 40, 40},  // GEMV: blocks span two groups
+      {"grp2_k6144", 700, 6144, 2, 2 * 6144 + 8, 6144 + 8, 2 * 704, 704},  // GEMV: 3 units a row, padded strides
   };
   for (const Case& c : cases) {
     const Problem p = make_problem(c.n, c.k, c.groups, c.ldx, c.xgs, c.ldy, c.ygs, 303);
@@ -432,7 +435,27 @@ TEST(DenseDecode, EdgeShapes) {
         check(c.name, p, m, DenseOut::kF32, rpb);
         check(c.name, p, m, DenseOut::kBf16, rpb);
       }
+    if (c.k % 2048 == 0) {  // the one-row GEMV where it fits
+      check(c.name, p, 1, DenseOut::kF32, kDenseForceGemv);
+      check(c.name, p, 1, DenseOut::kBf16, kDenseForceGemv);
+    }
   }
+  // The GEMV refuses what it does not take, with the reason.
+  const Problem p = make_problem(1000, 4096, 1, 4104, 0, 1003, 0, 304);
+  DenseDecodeShape s = p.shape;
+  s.m = 2;
+  DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(s.ldy) * 4);
+  Status st = dense_decode_gemm(p.d_x.as<__nv_bfloat16>(), p.d_w.as<__nv_bfloat16>(), d_y.get(), DenseOut::kF32, s,
+                                nullptr, kDenseForceGemv);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.to_string().find("one-row GEMV does not take m 2"), std::string::npos) << st.to_string();
+  const Problem p8 = make_problem(1024, 4096, 1, 4096, 0, 1024, 0, 305, /*fp8=*/true);
+  s = p8.shape;
+  s.m = 1;
+  st = dense_decode_gemm_fp8(p8.d_x.as<__nv_bfloat16>(), p8.w8(), d_y.get(), DenseOut::kBf16, s, nullptr,
+                             kDenseForceGemv);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.to_string().find("(one-row GEMV) with bf16 weights"), std::string::npos) << st.to_string();
 }
 
 // ---- Kernel vs cuBLAS timing ----
@@ -578,14 +601,16 @@ TEST(DenseDecode, VsCublas) {
         std::printf("[ vs    ] %-8s M=%-2d %-12s median %7.2f us  mean %7.2f us  %7.1f GB/s  (%d copies of %.1f MB)\n",
                     ts.name, m, who, t.first, t.second, double(wbytes) / t.first * 1e-3, copies, double(wbytes) * 1e-6);
       };
-      for (int rpb : {0, kDenseForceStream, 8, 16, kDenseForceTc}) {
-        if ((rpb == kDenseForceTc && m > kDenseTcMaxRows) || (rpb == kDenseForceStream && m > 4)) continue;
+      for (int rpb : {0, kDenseForceStream, 8, 16, kDenseForceTc, kDenseForceGemv}) {
+        if ((rpb == kDenseForceTc && m > kDenseTcMaxRows) || (rpb == kDenseForceStream && m > 4) ||
+            (rpb == kDenseForceGemv && m > 1))
+          continue;
         const auto t = time_calls(stream, [&](int i) {
           const Status st = dense_decode_gemm(x, weights(i), d_y.get(), out, s, stream, rpb);
           EXPECT_TRUE(st.is_ok()) << st.to_string();
         });
         report(rpb == 0 ? "dense" : rpb == kDenseForceStream ? "dense stream" : rpb == 8 ? "dense rpb8"
-               : rpb == 16 ? "dense rpb16" : "dense tc", t);
+               : rpb == 16 ? "dense rpb16" : rpb == kDenseForceGemv ? "dense gemv" : "dense tc", t);
       }
       // SM90: the tensor-core kernel with its slots by cp.async instead of TMA (the A/B of dense_tc.cu).
       const bool tma = tma_supported(*dev);

@@ -35,7 +35,8 @@ struct DenseDecodeShape {
 bool dense_decode_supported(const DenseDecodeShape& s, const void* x, const void* w, const void* y);
 
 // Whether dense_decode_gemm (rows_per_block 0) runs `s` on a weight-streaming kernel (1..4 rows:
-// dense_tc.cu or dense_stream.cu, where the latter's shared memory fits) on the current device.
+// dense_gemv.cu, dense_tc.cu or dense_stream.cu, where the latter's shared memory fits) on the
+// current device.
 bool dense_decode_streams(const DenseDecodeShape& s);
 
 // rows_per_block values that force the weight-streaming kernel (1..4 rows) or the tensor-core
@@ -43,14 +44,17 @@ bool dense_decode_streams(const DenseDecodeShape& s);
 // the kernel does not take the shape. For tests and benchmarks that compare kernels.
 inline constexpr int kDenseForceStream = 1;
 inline constexpr int kDenseForceTc = 2;
+// Forces the one-row register-streaming GEMV (dense_gemv.cu: m = 1, bf16 weights, k % 2048 == 0).
+inline constexpr int kDenseForceGemv = 3;
 // Rows of x up to which the tensor-core kernel runs (what 0 picks for fp8-form weights).
 inline constexpr int kDenseTcMaxRows = 8;
 
 // y (bf16 or f32, per `out`)[m, g * y_group_stride + j] = sum_kk x[m, g * x_group_stride + kk] .
 // w[(g * n + j) * k + kk], for m < s.m, g < s.groups, j < s.n; nothing else of y is written.
-// rows_per_block: 0 picks the kernel and tile by shape (1..4 rows: the tensor-core kernel of
-// dense_tc.cu where it fits, else the weight-streaming kernel of dense_stream.cu; both stream
-// their weights from before the PDL wait); kDenseForceStream and kDenseForceTc force those
+// rows_per_block: 0 picks the kernel and tile by shape (bf16 weights at one row: the register-
+// streaming GEMV of dense_gemv.cu where it fits; 1..4 rows: the tensor-core kernel of dense_tc.cu
+// where it fits, else the weight-streaming kernel of dense_stream.cu; all stream their weights
+// from before the PDL wait); kDenseForceStream, kDenseForceTc and kDenseForceGemv force those
 // kernels; 8 or 16 force the mma kernel with that tile height (tests).
 Status dense_decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DenseOut out,
                          const DenseDecodeShape& s, cudaStream_t stream, int rows_per_block = 0);
