@@ -1,6 +1,6 @@
 // gemv_probe.cu: how fast can one-row BF16 GEMV stream the grouped wo_a (8 x [1024 x 4096],
 // 67 MB) against cuBLAS's strided-batched GEMM, the model's path (gpu/blas.cpp)? A standalone
-// probe, built on the GPU machine: nvcc -O3 -std=c++17 -arch=sm_90 bench/gemv_probe.cu -lcublas.
+// probe (target gemv_probe; or on the GPU machine: nvcc -O3 -std=c++17 -arch=sm_90 bench/gemv_probe.cu -lcublas).
 //
 // Candidate kernel (reg_gemv): every warp owns whole weight rows (a block's rows are contiguous,
 // dealt to its warps in turn); a row is cut into P units of VEC 16-byte loads per lane, and the
