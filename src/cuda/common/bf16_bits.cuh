@@ -25,4 +25,18 @@ __device__ __forceinline__ void bf16x8_to_f32(const uint4 v, float (&f)[8]) {
   }
 }
 
+// acc + the 8 products of two 16-byte vectors of bf16, fp32 fmas in element order (the weight
+// streams' dot: dense_stream.cu, dense_gemv.cu).
+__device__ __forceinline__ float dot8_bf16(const uint4 a, const uint4 b, float acc) {
+  const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 fa = bf16x2_to_f32x2(wa[i]);
+    const float2 fb = bf16x2_to_f32x2(wb[i]);
+    acc = fmaf(fa.x, fb.x, acc);
+    acc = fmaf(fa.y, fb.y, acc);
+  }
+  return acc;
+}
+
 }  // namespace dsv4::cuda

@@ -62,19 +62,6 @@ __device__ __forceinline__ uint4 ld_weights(const uint4* p, bool evict_first) {
   return v;
 }
 
-// acc + the 8 products of two 16-byte vectors of bf16, in element order.
-__device__ __forceinline__ float dot8(const uint4 a, const uint4 b, float acc) {
-  const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 fa = bf16x2_to_f32x2(wa[i]);
-    const float2 fb = bf16x2_to_f32x2(wb[i]);
-    acc = fmaf(fa.x, fb.x, acc);
-    acc = fmaf(fa.y, fb.y, acc);
-  }
-  return acc;
-}
-
 template <bool kBf16Out>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) dense_gemv_kernel(const GemvParams p) {
   extern __shared__ __align__(16) unsigned char smem[];  // x: [x_groups][k] bf16
@@ -126,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) dense_gemv_kernel(cons
         const int part = u % units_per_row;
         const uint4* xq = reinterpret_cast<const uint4*>(xs + int64_t(g - g0) * p.k + int64_t(part) * kUnitElems) + lane;
 #pragma unroll
-        for (int v = 0; v < kVec; ++v) acc = dot8(buf[b][v], xq[32 * v], acc);
+        for (int v = 0; v < kVec; ++v) acc = dot8_bf16(buf[b][v], xq[32 * v], acc);
         if (part == units_per_row - 1) {
 #pragma unroll
           for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);

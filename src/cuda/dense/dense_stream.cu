@@ -60,20 +60,8 @@ struct StreamParams {
   bool evict_first;    // weights read with L2 evict-first priority (arch.h weights_evict_first)
 };
 
-// Sum of the 8 products of two 16-byte vectors of bf16, into acc (fp32, in element order).
-__device__ __forceinline__ float dot8(const uint4 a, const uint4 b, float acc) {
-  const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 fa = bf16x2_to_f32x2(wa[i]);
-    const float2 fb = bf16x2_to_f32x2(wb[i]);
-    acc = fmaf(fa.x, fb.x, acc);
-    acc = fmaf(fa.y, fb.y, acc);
-  }
-  return acc;
-}
-
-// dot8 with the weights given as fp32 (the fp8 form's exact values): the same fmas in the same order.
+// dot8_bf16 (bf16_bits.cuh) with the weights given as fp32 (the fp8 form's exact values): the
+// same fmas in the same order.
 __device__ __forceinline__ float dot8_f32(const float (&w)[8], const uint4 b, float acc) {
   const uint32_t wb[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
@@ -221,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_stream_kernel(const StreamP
       for (int c = lane; c < nchunks; c += 32) {
         const uint4 wv = wq[c];
 #pragma unroll
-        for (int mm = 0; mm < M; ++mm) acc[mm] += dot8(wv, xq[mm * (p.k / 8) + c], 0.0f);  // short chains
+        for (int mm = 0; mm < M; ++mm) acc[mm] += dot8_bf16(wv, xq[mm * (p.k / 8) + c], 0.0f);  // short chains
       }
     }
 #pragma unroll
