@@ -6,6 +6,9 @@
 #                         name, clocks, memory and driver to $R/env.txt and stdout.
 #   left N                whether more than N seconds remain before $DEADLINE (seconds from the
 #                         call's start, default 560).
+#   gpu_suite SUFFIX KEEP FILTER TIMEOUT  every .carry/bin/{cuda,gpu}_*_test$SUFFIX with
+#                         --gtest_filter=FILTER (each under TIMEOUT s, while more than KEEP s
+#                         remain): its log in $R/<test>.log, a line per binary in $R/suite.txt.
 #   ladder NAME BIN ARG...  the 20-layer synthetic ladder at 4K context (batches $LADDER_BATCH,
 #                         default 1,32) of .carry/bin/BIN with ARGs: the graph step lines, prefixed
 #                         with NAME, and the JSON in $R/NAME.json (labelled $LADDER_COMMIT, else BIN).
@@ -25,6 +28,16 @@ call_dir() {
 }
 
 left() { [ $((${DEADLINE:-560} - SECONDS)) -gt "$1" ]; }
+
+gpu_suite() {
+  local suffix=$1 keep=$2 filter=$3 limit=$4 t n
+  for t in .carry/bin/cuda_*_test$suffix .carry/bin/gpu_*_test$suffix; do
+    left $keep || break
+    n=$(basename $t $suffix)
+    timeout $limit $t --gtest_brief=1 --gtest_filter="$filter" > $R/$n.log 2>&1
+    echo "$n rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/$n.log | tr '\n' ' ') ${SECONDS}s" | tee -a $R/suite.txt
+  done
+}
 
 ladder() {
   local name=$1 bin=$2 batch=${LADDER_BATCH:-1,32}; shift 2

@@ -1,6 +1,7 @@
 // gemv_probe.cu: how fast can one-row BF16 GEMV stream the grouped wo_a (8 x [1024 x 4096],
 // 67 MB) against cuBLAS's strided-batched GEMM, the model's path (gpu/blas.cpp)? A standalone
-// probe (target gemv_probe; or on the GPU machine: nvcc -O3 -std=c++17 -arch=sm_90 bench/gemv_probe.cu -lcublas).
+// probe (target gemv_probe; or on the GPU machine: nvcc -O3 -std=c++17 -arch=sm_90 -I src
+// bench/gemv_probe.cu -lcublas).
 //
 // Candidate kernel (reg_gemv): every warp owns whole weight rows (a block's rows are contiguous,
 // dealt to its warps in turn); a row is cut into P units of VEC 16-byte loads per lane, and the
@@ -20,6 +21,8 @@
 #include <functional>
 #include <vector>
 
+#include "cuda/common/bf16_bits.cuh"
+
 #define CK(x)                                                                                   \
   do {                                                                                          \
     cudaError_t e_ = (x);                                                                       \
@@ -31,30 +34,22 @@
 
 constexpr int G = 8, N = 1024, K = 4096;
 
+// A 16-byte weight load that skips L1; kL2Hint adds the 256-byte L2 prefetch hint.
+template <bool kL2Hint = false>
 __device__ __forceinline__ uint4 ld_nc(const void* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint4 ld_nc256(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+  if constexpr (kL2Hint)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+  else
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
   return v;
 }
 
-__device__ __forceinline__ float dot8(uint4 a, uint4 b, float acc) {
-  const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    acc = fmaf(__uint_as_float(wa[i] << 16), __uint_as_float(wb[i] << 16), acc);
-    acc = fmaf(__uint_as_float(wa[i] & 0xffff0000u), __uint_as_float(wb[i] & 0xffff0000u), acc);
-  }
-  return acc;
-}
+using dsv4::cuda::dot8_bf16;
 
 struct Args {
   const __nv_bfloat16* w;  // [G * N, K]
@@ -86,7 +81,7 @@ __global__ void __launch_bounds__(WARPS * 32, BPS) reg_gemv(Args a) {
     if (b < units) {
       const uint4* src = unit_ptr(b);
 #pragma unroll
-      for (int v = 0; v < VEC; ++v) buf[b][v] = kL2Hint ? ld_nc256(src + 32 * v) : ld_nc(src + 32 * v);
+      for (int v = 0; v < VEC; ++v) buf[b][v] = ld_nc<kL2Hint>(src + 32 * v);
     }
   if (!kReadOnly) {
     const int g_last = min(G - 1, (r1 - 1) / N);
@@ -108,7 +103,7 @@ __global__ void __launch_bounds__(WARPS * 32, BPS) reg_gemv(Args a) {
           const int r = r0 + warp + (u / P) * WARPS;
           const uint4* xq = reinterpret_cast<const uint4*>(&xs[r / N - g0][(u % P) * kUnit]) + lane;
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) acc = dot8(buf[b][v], xq[32 * v], acc);
+          for (int v = 0; v < VEC; ++v) acc = dot8_bf16(buf[b][v], xq[32 * v], acc);
           if (u % P == P - 1) {
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -119,7 +114,7 @@ __global__ void __launch_bounds__(WARPS * 32, BPS) reg_gemv(Args a) {
         if (u + NB < units) {
           const uint4* src = unit_ptr(u + NB);
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) buf[b][v] = kL2Hint ? ld_nc256(src + 32 * v) : ld_nc(src + 32 * v);
+          for (int v = 0; v < VEC; ++v) buf[b][v] = ld_nc<kL2Hint>(src + 32 * v);
         }
       }
     }

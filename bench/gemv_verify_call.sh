@@ -6,17 +6,11 @@
 # binaries with the suffix _gv, built for sm_90 (-DDSV4_CUDA_ARCHS=90), stripped.
 # DEADLINE (default 400): seconds from the call's start. Usage (device tool): bash bench/gemv_verify_call.sh
 set -u
-B=.carry/bin
 . bench/device_lib.sh
 carry_env gv2 tail || exit 2
 call_dir
 DEADLINE=${DEADLINE:-400}
-for t in $B/cuda_*_test_gv $B/gpu_*_test_gv; do
-  left 120 || break
-  n=$(basename $t _gv)
-  timeout 100 $t --gtest_brief=1 --gtest_filter='-*Timing*:*VsCublas*:*Timeline*' > $R/$n.log 2>&1
-  echo "$n rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/$n.log | tr '\n' ' ') ${SECONDS}s" | tee -a $R/suite.txt
-done
+gpu_suite _gv 120 '-*Timing*:*VsCublas*:*Timeline*' 100
 grep -h -A3 "FAILED\|Failure" $R/*_test.log | head -30
 for round in 1 2; do
   left 45 && ladder gv$round dsv4_gv

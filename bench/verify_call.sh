@@ -18,12 +18,7 @@ B=.carry/bin
 . bench/device_lib.sh
 carry_env next_new next_base || exit 2
 call_dir
-for t in $B/cuda_*_test_new $B/gpu_*_test_new; do
-  left 300 || break
-  n=$(basename $t _new)
-  timeout 120 $t --gtest_brief=1 --gtest_filter='-*Timing*:*VsCublas*' > $R/$n.log 2>&1
-  echo "$n rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/$n.log | tr '\n' ' ') ${SECONDS}s" | tee -a $R/suite.txt
-done
+gpu_suite _new 300 '-*Timing*:*VsCublas*' 120
 if [ "${SERVE:-0}" = 1 ] && left 200; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
     export PYTHONPATH=/tmp/site
