@@ -15,9 +15,10 @@ namespace dsv4::gpu {
 namespace {
 
 // Routing of decode batches per shape class, switched by GpuModelOptions::dense_decode (`dsv4
-// bench --dense-decode`): grouped wo_a (8 x 1024 x 4096, bf16 out) at one row (the one-row GEMV,
-// dense_gemv.cu), the fp32-out projections (2624 or 1024 x 4096) where the weight-streaming
-// kernels take them (1..4 rows: cuda::dense_decode_streams); never the LM head. Measurement
+// bench --dense-decode`): grouped wo_a (8 x 1024 x 4096, bf16 out) at 1..4 rows on the register
+// GEMV (dense_gemv.cu; no other decode kernel), the fp32-out projections (2624 or 1024 x 4096)
+// where the weight-streaming kernels take them (1..4 rows: cuda::dense_decode_streams); never the
+// LM head. Measurement
 // behind them (H200): tests/cuda/dense_test.cpp DenseDecode.VsCublas (kernel vs these very cuBLAS
 // calls, weights from HBM) and the 20-layer step. The projections' 1..4-row calls go to the
 // weight-streaming kernel (dense_stream.cu), which prefetches its weights before the PDL wait:
@@ -25,10 +26,10 @@ namespace {
 // 32 rows the mma kernel loses to cuBLAS (14.4 vs 12.0, 16.7 vs 13.4 us for proj_csa), so those
 // stay on cuBLAS. wo_a alone is no faster on any decode kernel than on cuBLAS: all of them read its
 // 67 MB as fast as a plain read of that size does (H100: 28.2-28.9 us against 27.4-28.7; a 1 GB
-// read runs 25% faster, so the ramp and tail of one launch cost ~6 us), but the one-row GEMV
+// read runs 25% faster, so the ramp and tail of one launch cost ~6 us), but the register GEMV
 // requests its first weights before the PDL wait, during attention's tail: B = 1 at 4K 3.378 ->
 // 3.358-3.361 ms on an H100 (bench/results/NOTES.md, thirty-sixth session), so "woa,proj" is the
-// default. At 2..32 rows wo_a stays on cuBLAS (the decode kernels lose there: 34 vs 28.5 us at 8
+// default. At 5..32 rows wo_a stays on cuBLAS (the decode kernels lose there: 34 vs 28.5 us at 8
 // rows, H100).
 constexpr int kDenseMaxRows = cuda::kDenseDecodeMaxRows;
 
@@ -167,7 +168,7 @@ Status Blas::grouped_bf16_out(const __nv_bfloat16* o, int m, int groups, const _
   if (o == nullptr || w == nullptr || u == nullptr || !aligned16(o) || !aligned16(w) || !aligned16(u))
     return invalid_argument("grouped_bf16_out: null or unaligned operand");
   const cuda::DenseDecodeShape ds = grouped_shape(m, groups, n, k);
-  if (m == 1 && use_decode_kernel(dense_woa_, /*streaming_only=*/true, ds, o, w, u))
+  if (use_decode_kernel(dense_woa_, /*streaming_only=*/true, ds, o, w, u) && cuda::dense_decode_runs_gemv(ds))
     return cuda::dense_decode_gemm(o, w, u, cuda::DenseOut::kBf16, ds, stream_);
   const float one = 1.0f, zero = 0.0f;
   // Captured decode batches with evict-first weights: the nodes this call adds get the window.

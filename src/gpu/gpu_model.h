@@ -28,7 +28,7 @@ struct GpuModelOptions {
   // options() reports the resolved values (n_kv_blocks, max_positions) after load.
   std::vector<int> graph_batch_sizes;  // decode batch sizes to capture (empty: eager only)
   // Decode batches of these dense BF16 linears on the project's dense decode kernels instead of
-  // cuBLAS (gpu/blas.cpp): "none", "woa" (grouped wo_a, one row: the one-row GEMV), "proj"
+  // cuBLAS (gpu/blas.cpp): "none", "woa" (grouped wo_a, 1..4 rows: the register GEMV), "proj"
   // (compressor and indexer projections, 1..4 rows: the weight-streaming kernels), "woa,proj".
   std::string dense_decode = "woa,proj";
   // Sparse attention blocks of 1 or 4 groups of 16 heads for every batch; 0: the plan picks by

@@ -212,8 +212,9 @@ void time_it(const char* name, const Problem& p, int m, DenseOut out) {
   cudaEventDestroy(b);
 }
 
-// rows_per_block 0 at 1..4 rows is the tensor-core kernel (dense_tc.cu) where it fits, else the
-// weight-streaming kernel (dense_stream.cu); 8 and 16 the mma one.
+// rows_per_block 0 at 1..4 rows is the register GEMV (dense_gemv.cu) on these k % 2048 == 0
+// shapes (else the tensor-core kernel of dense_tc.cu where it fits, else the weight-streaming
+// kernel of dense_stream.cu); 8 and 16 the mma one.
 const int kRealM[] = {1, 2, 4, 7, 16, 32};
 
 TEST(DenseDecode, GroupedWoA) {
@@ -222,7 +223,7 @@ TEST(DenseDecode, GroupedWoA) {
   const Problem p = make_problem(1024, 4096, 8, 8 * 4096, 4096, 8 * 1024, 1024, 101);
   for (int m : kRealM)
     for (int rpb : {0, 8, 16, kDenseForceTc, kDenseForceGemv}) {
-      if ((rpb == kDenseForceTc && m > kDenseTcMaxRows) || (rpb == kDenseForceGemv && m > 1)) continue;
+      if ((rpb == kDenseForceTc && m > kDenseTcMaxRows) || (rpb == kDenseForceGemv && m > kDenseGemvMaxRows)) continue;
       check("wo_a", p, m, DenseOut::kBf16, rpb);
     }
   for (int m : {1, 32}) time_it("wo_a", p, m, DenseOut::kBf16);
@@ -235,7 +236,7 @@ TEST(DenseDecode, CompressedProjections) {
     const char* name = n == 2624 ? "proj_csa" : "proj_hca";
     for (int m : kRealM)
       for (int rpb : {0, 8, 16, kDenseForceTc, kDenseForceGemv}) {
-        if ((rpb == kDenseForceTc && m > kDenseTcMaxRows) || (rpb == kDenseForceGemv && m > 1)) continue;
+        if ((rpb == kDenseForceTc && m > kDenseTcMaxRows) || (rpb == kDenseForceGemv && m > kDenseGemvMaxRows)) continue;
         check(name, p, m, DenseOut::kF32, rpb);
       }
     for (int m : {1, 32}) time_it(name, p, m, DenseOut::kF32);
@@ -425,7 +426,7 @@ TEST(DenseDecode, EdgeShapes) {
       {"grp20", 35, 320, 20, 20 * 320 + 8, 320, 20 * 40, 40},        // stream kernel: blocks span two groups
       {"k6176", 300, 6176, 1, 6176, 0, 300, 0},                      // stream kernel: pieces 2048, 2048, 2048, 32
       {"n5_k2048", 5, 2048, 1, 2048, 0, 7, 0},                       // GEMV: 5 one-row blocks, 7 warps idle each
-      {"grp20_k2048", 35, 2048, 20, 20 * 2048 + 8, 2048, 20 * 40, 40},  // GEMV: blocks span two groups
+      {"grp20_k2048", 35, 2048, 20, 20 * 2048 + 8, 2048, 20 * 40, 40},  // GEMV: 20 groups on blockIdx.y, a few rows a block
       {"grp2_k6144", 700, 6144, 2, 2 * 6144 + 8, 6144 + 8, 2 * 704, 704},  // GEMV: 3 units a row, padded strides
   };
   for (const Case& c : cases) {
@@ -435,27 +436,51 @@ TEST(DenseDecode, EdgeShapes) {
         check(c.name, p, m, DenseOut::kF32, rpb);
         check(c.name, p, m, DenseOut::kBf16, rpb);
       }
-    if (c.k % 2048 == 0) {  // the one-row GEMV where it fits
-      check(c.name, p, 1, DenseOut::kF32, kDenseForceGemv);
-      check(c.name, p, 1, DenseOut::kBf16, kDenseForceGemv);
+    if (c.k % 2048 == 0) {  // the register GEMV where it fits (1..4 rows: kernels of 1, 2 and 4)
+      for (int m = 1; m <= kDenseGemvMaxRows; ++m) {
+        check(c.name, p, m, DenseOut::kF32, kDenseForceGemv);
+        check(c.name, p, m, DenseOut::kBf16, kDenseForceGemv);
+      }
+      // A row's sum does not depend on how many rows run beside it: rows 0..m-1 at m = 1..3 have
+      // the bits of the same rows at m = 4.
+      DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(p.shape.ldy) * 4);
+      const std::vector<uint8_t> all = run(p, kDenseGemvMaxRows, DenseOut::kF32, kDenseForceGemv, d_y);
+      for (int m = 1; m < kDenseGemvMaxRows; ++m) {
+        const std::vector<uint8_t> some = run(p, m, DenseOut::kF32, kDenseForceGemv, d_y);
+        int64_t differ = 0;
+        for (int r = 0; r < m; ++r)
+          for (int g = 0; g < p.shape.groups; ++g)
+            for (int j = 0; j < p.shape.n; ++j) {
+              const size_t at = 4 * (size_t(r) * size_t(p.shape.ldy) + size_t(g) * size_t(p.shape.y_group_stride) + j);
+              differ += std::memcmp(&all[at], &some[at], 4) != 0;
+            }
+        EXPECT_EQ(differ, 0) << c.name << ": rows at M=" << m << " differ from the same rows at M=4";
+      }
     }
   }
   // The GEMV refuses what it does not take, with the reason.
   const Problem p = make_problem(1000, 4096, 1, 4104, 0, 1003, 0, 304);
   DenseDecodeShape s = p.shape;
-  s.m = 2;
+  s.m = 5;
   DeviceBuffer d_y = device_alloc(size_t(kMaxM) * size_t(s.ldy) * 4);
   Status st = dense_decode_gemm(p.d_x.as<__nv_bfloat16>(), p.d_w.as<__nv_bfloat16>(), d_y.get(), DenseOut::kF32, s,
                                 nullptr, kDenseForceGemv);
   EXPECT_FALSE(st.is_ok());
-  EXPECT_NE(st.to_string().find("one-row GEMV does not take m 2"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.to_string().find("register-streaming GEMV does not take m 5 (1..4)"), std::string::npos)
+      << st.to_string();
+  s.m = 1;
+  s.k = 4096 - 32;  // k not a multiple of 2048
+  st = dense_decode_gemm(p.d_x.as<__nv_bfloat16>(), p.d_w.as<__nv_bfloat16>(), d_y.get(), DenseOut::kF32, s, nullptr,
+                         kDenseForceGemv);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.to_string().find("k 4064 (a multiple of 2048)"), std::string::npos) << st.to_string();
   const Problem p8 = make_problem(1024, 4096, 1, 4096, 0, 1024, 0, 305, /*fp8=*/true);
   s = p8.shape;
   s.m = 1;
   st = dense_decode_gemm_fp8(p8.d_x.as<__nv_bfloat16>(), p8.w8(), d_y.get(), DenseOut::kBf16, s, nullptr,
                              kDenseForceGemv);
   EXPECT_FALSE(st.is_ok());
-  EXPECT_NE(st.to_string().find("(one-row GEMV) with bf16 weights"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.to_string().find("(register GEMV) with bf16 weights"), std::string::npos) << st.to_string();
 }
 
 // ---- Kernel vs cuBLAS timing ----
@@ -586,7 +611,7 @@ TEST(DenseDecode, VsCublas) {
       return Fp8WeightView{static_cast<const uint8_t*>(d_c.get()) + cbytes * size_t(i % copies),
                            static_cast<const int8_t*>(d_e.get()) + ebytes * size_t(i % copies)};
     };
-    for (int m : {1, 8, 32}) {
+    for (int m : {1, 4, 8, 32}) {
       DenseDecodeShape s;
       s.m = m;
       s.n = ts.n;
@@ -603,7 +628,7 @@ TEST(DenseDecode, VsCublas) {
       };
       for (int rpb : {0, kDenseForceStream, 8, 16, kDenseForceTc, kDenseForceGemv}) {
         if ((rpb == kDenseForceTc && m > kDenseTcMaxRows) || (rpb == kDenseForceStream && m > 4) ||
-            (rpb == kDenseForceGemv && m > 1))
+            (rpb == kDenseForceGemv && m > kDenseGemvMaxRows))
           continue;
         const auto t = time_calls(stream, [&](int i) {
           const Status st = dense_decode_gemm(x, weights(i), d_y.get(), out, s, stream, rpb);

@@ -579,7 +579,7 @@ TEST(GpuModel, CompressorBranchEqualsOneStream) {
 // (4c) wo_a in the fp8 form (GpuModelOptions::wo_a_fp8) holds the same values in half the bytes.
 // On a one-layer (CSA) model of the same shapes whose wo_a holds FP8-derived BF16 values, as the
 // real W4A16 export does (make-model --wo-a-from-fp8): against the bf16 weight (dense_decode
-// "woa,proj": one decode row on the one-row GEMV, more on cuBLAS; prefill chunks on cuBLAS, the
+// "woa,proj": 1..4 decode rows on the register GEMV, more on cuBLAS; prefill chunks on cuBLAS, the
 // fp8 model through its bf16 copy), the same bits for prefill; decode steps (1 and 6 sequences:
 // the fp8 form's tensor-core kernel, dense_tc.cu, which sums the exact products in another
 // order) close logits. The shared model's plain random wo_a is refused by name and

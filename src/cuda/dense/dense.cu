@@ -276,15 +276,16 @@ Status decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView
       rows_per_block != 8 && rows_per_block != 16 && !(rows_per_block == 32 && w == nullptr) &&
       !(rows_per_block == kDenseForceGemv && w != nullptr))
     return invalid_argument(
-        "dense_decode_gemm: rows_per_block {} (0, {} (streaming), {} (tensor cores), 8 or 16; {} (one-row GEMV) with "
+        "dense_decode_gemm: rows_per_block {} (0, {} (streaming), {} (tensor cores), 8 or 16; {} (register GEMV) with "
         "bf16 weights, 32 with fp8 weights)",
         rows_per_block, kDenseForceStream, kDenseForceTc, kDenseForceGemv);
   DSV4_ASSIGN_OR_RETURN(const DeviceInfo* dev, current_device_info());
-  // One row of x on bf16 weights: the register-streaming GEMV (dense_gemv.cu), where it fits.
+  // 1..4 rows of x on bf16 weights: the register-streaming GEMV (dense_gemv.cu), where it fits.
   const bool gemv_fits = w != nullptr && dense_gemv_supported(s, *dev);
   if (rows_per_block == kDenseForceGemv && !gemv_fits)
-    return invalid_argument("dense_decode_gemm: the one-row GEMV does not take m {} n {} k {} groups {}", s.m, s.n, s.k,
-                            s.groups);
+    return invalid_argument("dense_decode_gemm: the register-streaming GEMV does not take m {} (1..{}) n {} k {} (a "
+                            "multiple of 2048) groups {}",
+                            s.m, kDenseGemvMaxRows, s.n, s.k, s.groups);
   if (gemv_fits && (rows_per_block == 0 || rows_per_block == kDenseForceGemv)) return dense_gemv(x, w, y, out, s, stream);
   // The tensor-core kernel (dense_tc.cu), where it fits: fp8 weights at 1..8 rows; bf16 weights at
   // the streaming kernel's 1..4 rows where its grid fills the GPU (H100, M = 1: the CSA projection
@@ -344,6 +345,11 @@ __global__ void fp8_to_bf16_kernel(Fp8WeightView w, int64_t n8, __nv_bfloat16* o
 bool dense_decode_streams(const DenseDecodeShape& s) {
   const Result<const DeviceInfo*> dev = current_device_info();
   return dev.is_ok() && (dense_gemv_supported(s, *dev.value()) || dense_stream_supported(s, *dev.value(), false));
+}
+
+bool dense_decode_runs_gemv(const DenseDecodeShape& s) {
+  const Result<const DeviceInfo*> dev = current_device_info();
+  return dev.is_ok() && dense_gemv_supported(s, *dev.value());
 }
 
 bool dense_decode_supported(const DenseDecodeShape& s, const void* x, const void* w, const void* y) {

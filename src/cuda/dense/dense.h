@@ -39,22 +39,31 @@ bool dense_decode_supported(const DenseDecodeShape& s, const void* x, const void
 // current device.
 bool dense_decode_streams(const DenseDecodeShape& s);
 
+// Rows of x up to which the register-streaming GEMV (dense_gemv.cu) runs bf16 weights.
+inline constexpr int kDenseGemvMaxRows = 4;
+
+// Whether dense_decode_gemm (rows_per_block 0) runs `s` with bf16 weights on the register-
+// streaming GEMV on the current device (1..kDenseGemvMaxRows rows, k a multiple of 2048, one
+// group's x rows within 48 KB).
+bool dense_decode_runs_gemv(const DenseDecodeShape& s);
+
 // rows_per_block values that force the weight-streaming kernel (1..4 rows) or the tensor-core
 // kernel (1..kDenseTcMaxRows rows, n a multiple of 32, k of 64 (bf16) or 128 (fp8)); refused where
 // the kernel does not take the shape. For tests and benchmarks that compare kernels.
 inline constexpr int kDenseForceStream = 1;
 inline constexpr int kDenseForceTc = 2;
-// Forces the one-row register-streaming GEMV (dense_gemv.cu: m = 1, bf16 weights, k % 2048 == 0).
+// Forces the register-streaming GEMV (dense_gemv.cu: 1..kDenseGemvMaxRows rows, bf16 weights,
+// k % 2048 == 0).
 inline constexpr int kDenseForceGemv = 3;
 // Rows of x up to which the tensor-core kernel runs (what 0 picks for fp8-form weights).
 inline constexpr int kDenseTcMaxRows = 8;
 
 // y (bf16 or f32, per `out`)[m, g * y_group_stride + j] = sum_kk x[m, g * x_group_stride + kk] .
 // w[(g * n + j) * k + kk], for m < s.m, g < s.groups, j < s.n; nothing else of y is written.
-// rows_per_block: 0 picks the kernel and tile by shape (bf16 weights at one row: the register-
-// streaming GEMV of dense_gemv.cu where it fits; 1..4 rows: the tensor-core kernel of dense_tc.cu
-// where it fits, else the weight-streaming kernel of dense_stream.cu; all stream their weights
-// from before the PDL wait); kDenseForceStream, kDenseForceTc and kDenseForceGemv force those
+// rows_per_block: 0 picks the kernel and tile by shape (bf16 weights at 1..4 rows: the register-
+// streaming GEMV of dense_gemv.cu where it fits; else at 1..4 rows the tensor-core kernel of
+// dense_tc.cu where it fits, else the weight-streaming kernel of dense_stream.cu; all stream their
+// weights from before the PDL wait); kDenseForceStream, kDenseForceTc and kDenseForceGemv force those
 // kernels; 8 or 16 force the mma kernel with that tile height (tests).
 Status dense_decode_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DenseOut out,
                          const DenseDecodeShape& s, cudaStream_t stream, int rows_per_block = 0);

@@ -2,7 +2,7 @@
 // for up to 32 rows of x, the weight-streaming kernel of dense_stream.cu for 1..4 rows, which
 // dense_decode_gemm takes where it fits, and the tensor-core kernel of dense_tc.cu for 1..8 rows
 // (fp8-form weights, and bf16 weights where dense.cu's dispatch says), and the register-streaming
-// GEMV of dense_gemv.cu for one row of x on bf16 weights.
+// GEMV of dense_gemv.cu for 1..4 rows of x on bf16 weights.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -55,12 +55,14 @@ struct DenseTcDiagnostics {
 Status dense_tc_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, Fp8WeightView w8, void* y, DenseOut out,
                      const DenseDecodeShape& s, cudaStream_t stream, const DenseTcDiagnostics& diag = {});
 
-// Whether dense_gemv takes the shape on `dev`: one row of x, k a multiple of 2048, the x groups a
-// block's rows span within 48 KB of shared memory. dense_decode_supported must hold as well.
+// Whether dense_gemv takes the shape on `dev`: 1..kDenseGemvMaxRows rows of x, k a multiple of
+// 2048, one group's x rows (the kernel's 1, 2 or 4) within 48 KB of shared memory.
+// dense_decode_supported must hold as well.
 bool dense_gemv_supported(const DenseDecodeShape& s, const DeviceInfo& dev);
 
-// y = x . W^T for one row of x, bf16 weights streamed through registers (dense_gemv.cu): fp32
-// sums in its own order (close to the other kernels' result, not their bits).
+// y = x . W^T for 1..kDenseGemvMaxRows rows of x, bf16 weights streamed through registers
+// (dense_gemv.cu): fp32 sums in its own order (close to the other kernels' result, not their
+// bits), the same for a row whatever m and the grid.
 Status dense_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DenseOut out, const DenseDecodeShape& s,
                   cudaStream_t stream);
 
