@@ -29,8 +29,11 @@ namespace {
 // read runs 25% faster, so the ramp and tail of one launch cost ~6 us), but the register GEMV
 // requests its first weights before the PDL wait, during attention's tail: B = 1 at 4K 3.378 ->
 // 3.358-3.361 ms on an H100 (bench/results/NOTES.md, thirty-sixth session), so "woa,proj" is the
-// default. At 5..32 rows wo_a stays on cuBLAS (the decode kernels lose there: 34 vs 28.5 us at 8
-// rows, H100).
+// default. At 2..4 rows the GEMV loses to cuBLAS standalone (wo_a at 4 rows: 31.4 against 27.4 us)
+// and still wins in the step, where its weights stream during attention's tail: 4K, 20 layers, H100,
+// B = 2 4.199 -> 4.163-4.166 ms, B = 4 5.643-5.657 -> 5.586-5.593 (with the projections' 2..4-row
+// calls on it too; bench/results/gemv4_h100_0c45dee/). At 5..32 rows wo_a stays on cuBLAS (the
+// decode kernels lose there: 34 vs 28.5 us at 8 rows, H100).
 constexpr int kDenseMaxRows = cuda::kDenseDecodeMaxRows;
 
 Status blas_status(cublasStatus_t s, const char* what) {
