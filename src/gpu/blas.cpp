@@ -18,9 +18,8 @@ namespace {
 // bench --dense-decode`): grouped wo_a (8 x 1024 x 4096, bf16 out) at 1..4 rows on the register
 // GEMV (dense_gemv.cu; no other decode kernel), the fp32-out projections (2624 or 1024 x 4096)
 // where the weight-streaming kernels take them (1..4 rows: cuda::dense_decode_streams); never the
-// LM head. Measurement
-// behind them (H200): tests/cuda/dense_test.cpp DenseDecode.VsCublas (kernel vs these very cuBLAS
-// calls, weights from HBM) and the 20-layer step. The projections' 1..4-row calls go to the
+// LM head. Measurement behind them (H200): tests/cuda/dense_test.cpp DenseDecode.VsCublas (kernel
+// vs these very cuBLAS calls, weights from HBM) and the 20-layer step. The projections' 1..4-row calls go to the
 // weight-streaming kernel (dense_stream.cu), which prefetches its weights before the PDL wait:
 // B=1 at 4K 3.20 -> 3.17 ms (bench/results/forward_h200.md), so "proj" is the default; at 8 and
 // 32 rows the mma kernel loses to cuBLAS (14.4 vs 12.0, 16.7 vs 13.4 us for proj_csa), so those
@@ -171,7 +170,8 @@ Status Blas::grouped_bf16_out(const __nv_bfloat16* o, int m, int groups, const _
   if (o == nullptr || w == nullptr || u == nullptr || !aligned16(o) || !aligned16(w) || !aligned16(u))
     return invalid_argument("grouped_bf16_out: null or unaligned operand");
   const cuda::DenseDecodeShape ds = grouped_shape(m, groups, n, k);
-  if (use_decode_kernel(dense_woa_, /*streaming_only=*/true, ds, o, w, u) && cuda::dense_decode_runs_gemv(ds))
+  // The GEMV alone (a shape it refuses stays on cuBLAS); it implies the streaming check.
+  if (use_decode_kernel(dense_woa_, /*streaming_only=*/false, ds, o, w, u) && cuda::dense_decode_runs_gemv(ds))
     return cuda::dense_decode_gemm(o, w, u, cuda::DenseOut::kBf16, ds, stream_);
   const float one = 1.0f, zero = 0.0f;
   // Captured decode batches with evict-first weights: the nodes this call adds get the window.
