@@ -6,6 +6,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/compressor/compressor.h"
+#include "cuda/dense/weight_prefetch.h"
 #include "cuda/ops/ops.h"
 
 namespace dsv4::gpu {
@@ -63,8 +64,41 @@ Status ForwardPass::layers(const cuda::StepBatchView& b, TraceSink* trace) const
   const LayerDeviceWeights& L0 = w_.layers[0];
   DSV4_RETURN_IF_ERROR(cuda::hc_pre_norm(a_.X, b.n_tokens, L0.hc_attn, L0.attn_norm, hc_dims(cfg_), a_.x, a_.mix,
                                          stream_, comb_mode(b.n_tokens)));
-  for (int l = 0; l < cfg_.n_layers; ++l) DSV4_RETURN_IF_ERROR(layer(l, b, trace).with_context(fmt::format("layer {}", l)));
-  return Status::ok();
+  prefetch_forks_ = 0;
+  Status st = Status::ok();
+  for (int l = 0; l < cfg_.n_layers && st.is_ok(); ++l) st = layer(l, b, trace).with_context(fmt::format("layer {}", l));
+  // The prefetch branch joins here, after an error too: the step's caller synchronizes only the
+  // model's stream, and a capture must end with every forked stream joined.
+  if (prefetch_forks_ > 0) {
+    const WeightPrefetch& p = prefetch_;
+    const cudaError_t rec = cudaEventRecord(p.branch.join, p.branch.stream);
+    const cudaError_t joined = rec == cudaSuccess ? cudaStreamWaitEvent(stream_, p.branch.join, 0) : rec;
+    DSV4_RETURN_IF_ERROR(st);
+    DSV4_RETURN_IF_ERROR(cuda::cuda_status(joined, "joining the weight prefetch branch"));
+  }
+  return st;
+}
+
+bool ForwardPass::prefetching(int n_tokens) const {
+  return prefetch_.branch.stream != nullptr && prefetch_.wo_a_bytes > 0 && n_tokens <= WeightPrefetch::kMaxRows &&
+         prof_ == nullptr;
+}
+
+Status ForwardPass::fork_prefetch(int l) const {
+  const LayerDeviceWeights& L = w_.layers[size_t(l)];
+  if (L.wo_a8.codes != nullptr) return Status::ok();  // the fp8 form: not asked for (yet)
+  const cuda::RowPrefixes rows{.base = L.wo_a,
+                               .rows = int64_t(cfg_.o_groups) * cfg_.o_lora_rank,
+                               .row_stride = int64_t(cfg_.group_in_dim()) * 2,
+                               .prefix_bytes = cuda::prefix_for_budget(int64_t(cfg_.o_groups) * cfg_.o_lora_rank,
+                                                                       int64_t(cfg_.group_in_dim()) * 2,
+                                                                       prefetch_.wo_a_bytes)};
+  if (rows.prefix_bytes == 0) return Status::ok();
+  const SideStream& p = prefetch_.branch;
+  DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaEventRecord(p.fork, stream_), "cudaEventRecord (prefetch fork)"));
+  DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaStreamWaitEvent(p.stream, p.fork, 0), "cudaStreamWaitEvent (prefetch fork)"));
+  ++prefetch_forks_;  // from here on layers() joins, whatever the launch returns
+  return cuda::l2_prefetch_rows(rows, p.stream).with_context("wo_a's L2 prefetch");
 }
 
 Status ForwardPass::layer(int l, const cuda::StepBatchView& b, TraceSink* trace) const {
@@ -185,6 +219,9 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     // between them is launched without PDL; bench/results/forward_h200.md).
     mark(StepCategory::kW4A16Linear);
     DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
+    // wo_a's weights into L2 while the attention chain (latency-bound kernels) keeps DRAM idle:
+    // forked after wq_b, the last weight stream before wo_a's.
+    if (prefetching(T)) DSV4_RETURN_IF_ERROR(fork_prefetch(l));
     mark(StepCategory::kMhcNorm);
     if (!csa) DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));
     if (compressed && !branch) DSV4_RETURN_IF_ERROR(compress(l, b, stream_, ws_.blas));

@@ -58,15 +58,28 @@ struct Workspaces {
   bool has_indexer = false;
 };
 
-// The compressor branch (GpuModelOptions::compressor_branch): a second stream for the launches of
-// a layer that depend only on the layer's input x and that only the layer's indexer and attention
-// read: the compressor/indexer projections and the compressors' emits. fork records `fork` on the
-// model's stream and makes `stream` wait for it; join records `join` on `stream` and makes the
-// model's stream wait. In a captured graph these become two edges; the launches between them run
-// beside the query path (wqkv, its norms, wq_b, the indexer's wq_b). Owned by GpuModel.
+// A second stream of the step: a fork records `fork` on the model's stream and makes `stream`
+// wait for it; a join records `join` on `stream` and makes the model's stream wait. In a captured
+// graph these become edges. Owned by GpuModel. Two of them:
+//  - the compressor branch (GpuModelOptions::compressor_branch): the launches of a layer that
+//    depend only on the layer's input x and that only the layer's indexer and attention read (the
+//    compressor/indexer projections and the compressors' emits), beside the query path (wqkv, its
+//    norms, wq_b, the indexer's wq_b), joined before their first reader;
+//  - the weight prefetch (GpuModelOptions::l2_prefetch_mb): L2 prefetches of each layer's wo_a,
+//    forked after wq_b so that DRAM reads them while the attention chain's latency-bound kernels
+//    run; they change no value, so one join at the end of the layers suffices.
 struct SideStream {
-  cudaStream_t stream = nullptr;  // null: every launch on the model's stream
+  cudaStream_t stream = nullptr;  // null: off
   cudaEvent_t fork = nullptr, join = nullptr;
+};
+
+// The weight prefetch branch and its budget: bytes of each layer's bf16 wo_a asked for (the same
+// prefix of every row, dense/weight_prefetch.h), in decode steps of at most kMaxRows rows, where
+// wo_a is a pure weight stream (the register GEMV). 0 bytes or a null stream: off.
+struct WeightPrefetch {
+  static constexpr int kMaxRows = 4;  // cuda::kDenseGemvMaxRows
+  SideStream branch;
+  int64_t wo_a_bytes = 0;
 };
 
 // Host copies of one step's discrete choices (filled only when asked; a D2H copy per layer).
@@ -79,8 +92,10 @@ class ForwardPass {
  public:
   // attention_head_groups: GpuModelOptions::attention_head_groups (0: the plan picks). side: the
   // compressor branch's stream (null stream: off); ws.side_blas must then be bound to it.
+  // prefetch: the weight prefetch branch (off by default).
   ForwardPass(const ModelConfig& cfg, const DeviceModelWeights& w, const KvState& kv, const Activations& a,
-              Workspaces& ws, cudaStream_t stream, int attention_head_groups = 0, SideStream side = {})
+              Workspaces& ws, cudaStream_t stream, int attention_head_groups = 0, SideStream side = {},
+              WeightPrefetch prefetch = {})
       : cfg_(cfg),
         w_(w),
         kv_(kv),
@@ -88,7 +103,8 @@ class ForwardPass {
         ws_(ws),
         stream_(stream),
         attention_head_groups_(attention_head_groups),
-        side_(side) {}
+        side_(side),
+        prefetch_(prefetch) {}
 
   // Embedding, then every layer. b: the step on the device (step_batch.h).
   Status layers(const cuda::StepBatchView& b, TraceSink* trace) const;
@@ -111,6 +127,10 @@ class ForwardPass {
   Status compress(int l, const cuda::StepBatchView& b, cudaStream_t stream, const Blas& blas) const;
   // compress on the side stream, between the fork and join events (SideStream).
   Status fork_compress(int l, const cuda::StepBatchView& b) const;
+  // Whether a step of n_tokens rows prefetches (WeightPrefetch); eager profiled steps do not.
+  bool prefetching(int n_tokens) const;
+  // Forks the prefetch of layer l's wo_a onto the prefetch branch (nothing for an fp8-form wo_a).
+  Status fork_prefetch(int l) const;
   // deferred: w4a16_gemm_deferred (where the launch splits K, y is left as *deferred's partials,
   // which the next kernel adds: common/deferred_sum.h); null: w4a16_gemm.
   Status gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda::W4A16Weight& w, __nv_bfloat16* y,
@@ -124,7 +144,9 @@ class ForwardPass {
   cudaStream_t stream_;
   int attention_head_groups_ = 0;
   SideStream side_;
+  WeightPrefetch prefetch_;
   StepProfiler* prof_ = nullptr;
+  mutable int prefetch_forks_ = 0;  // forks of the step so far (layers() joins them)
 };
 
 }  // namespace dsv4::gpu

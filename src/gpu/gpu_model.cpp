@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "base/check.h"
+#include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
 #include "gpu/device_arena.h"
 #include "gpu/device_weights.h"
@@ -36,10 +37,13 @@ struct StreamOwner {
   cudaStream_t stream = nullptr;
   cudaEvent_t staging_free = nullptr;
   SideStream side;
+  SideStream prefetch;  // the weight prefetch branch (GpuModelOptions::l2_prefetch_mb; null when off)
   ~StreamOwner() {
-    if (side.join) cudaEventDestroy(side.join);
-    if (side.fork) cudaEventDestroy(side.fork);
-    if (side.stream) cudaStreamDestroy(side.stream);
+    for (SideStream* b : {&prefetch, &side}) {
+      if (b->join) cudaEventDestroy(b->join);
+      if (b->fork) cudaEventDestroy(b->fork);
+      if (b->stream) cudaStreamDestroy(b->stream);
+    }
     if (staging_free) cudaEventDestroy(staging_free);
     if (stream) cudaStreamDestroy(stream);
   }
@@ -78,6 +82,7 @@ struct GpuModel::Impl {
   ~Impl() {
     if (so.stream) cudaStreamSynchronize(so.stream);
     if (so.side.stream) cudaStreamSynchronize(so.side.stream);
+    if (so.prefetch.stream) cudaStreamSynchronize(so.prefetch.stream);
     for (Graph& g : graphs) cudaGraphExecDestroy(g.exec);
   }
 
@@ -245,6 +250,23 @@ struct GpuModel::Impl {
     return ws.side_blas.init(so.side.stream, side_ws, kBlasWorkspaceBytes, woa, proj);
   }
 
+  // The weight prefetch branch's stream and events, where asked for and the GPU has the bulk L2
+  // prefetch (elsewhere the option is ignored: nothing to tune on an SM86's 6 MB L2).
+  Status create_prefetch_branch() {
+    DSV4_ASSIGN_OR_RETURN(const cuda::DeviceInfo* dev, cuda::current_device_info());
+    const int l2_mb = int(dev->l2_bytes >> 20);
+    if (opts.l2_prefetch_mb < 0 || (opts.l2_prefetch_mb > l2_mb && cuda::l2_prefetch_supported(*dev)))
+      return invalid_argument("l2_prefetch_mb must be in 0..{} (the L2 of the {}), found {}", l2_mb, dev->name,
+                              opts.l2_prefetch_mb);
+    if (opts.l2_prefetch_mb == 0 || !cuda::l2_prefetch_supported(*dev)) return Status::ok();
+    DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&so.prefetch.stream, cudaStreamNonBlocking),
+                                     "cudaStreamCreateWithFlags (weight prefetch)"));
+    for (cudaEvent_t* e : {&so.prefetch.fork, &so.prefetch.join})
+      DSV4_RETURN_IF_ERROR(
+          cuda_status(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreateWithFlags (prefetch)"));
+    return Status::ok();
+  }
+
   // n_kv_blocks: as asked, else enough for every slot at max_positions, capped by the memory left
   // (less a reserve for graphs, cuBLAS and the CUDA context's own growth).
   Status size_kv() {
@@ -309,6 +331,8 @@ struct GpuModel::Impl {
             cuda_status(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreateWithFlags (branch)"));
     }
 
+    DSV4_RETURN_IF_ERROR(create_prefetch_branch());
+
     DSV4_ASSIGN_OR_RETURN(w, upload_weights(cfg, weights, arena, so.stream, opts.wo_a_fp8));
     DSV4_RETURN_IF_ERROR(allocate_activations());
     DSV4_RETURN_IF_ERROR(create_workspaces());
@@ -322,7 +346,8 @@ struct GpuModel::Impl {
         kv_state_sizes(cfg, w.layers, opts.max_seqs, opts.max_tokens_per_step, opts.n_kv_blocks);
     DSV4_ASSIGN_OR_RETURN(kv, create_kv_state(cfg, w.layers, kv_sizes, arena));
     slot_next_pos.assign(size_t(opts.max_seqs), 0);
-    pass = std::make_unique<ForwardPass>(cfg, w, kv, act, ws, so.stream, opts.attention_head_groups, so.side);
+    const WeightPrefetch prefetch{.branch = so.prefetch, .wo_a_bytes = int64_t(opts.l2_prefetch_mb) << 20};
+    pass = std::make_unique<ForwardPass>(cfg, w, kv, act, ws, so.stream, opts.attention_head_groups, so.side, prefetch);
     DSV4_RETURN_IF_ERROR(prof.init());
     // The whole device, not only the model's stream: zeroed buffers (DeviceBuffer::create) are
     // cleared on the legacy default stream, which the model's non-blocking streams do not wait for.

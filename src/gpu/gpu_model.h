@@ -48,6 +48,11 @@ struct GpuModelOptions {
   // cuBLAS (prefill); decode batches sum in the fp8 kernels' own orders (the tensor-core kernel at
   // 1..8 rows, blocks of 32 weight rows at 9..32; cuda/dense/dense.h), close to the bf16 result.
   bool wo_a_fp8 = false;
+  // MB of each layer's bf16 wo_a (67 MB in Flash) asked into L2 ahead of its decode GEMV, in steps
+  // of 1..4 rows: a launch on a third stream, forked after wq_b, reads them while the attention
+  // chain's latency-bound kernels leave DRAM idle (gpu/forward_pass.h WeightPrefetch). 0: off; at
+  // most the L2's size. SM90 only (elsewhere the option is ignored); same values either way.
+  int l2_prefetch_mb = 0;
 };
 
 // One sequence's part of a step (host memory; the model copies it to its static device buffers).

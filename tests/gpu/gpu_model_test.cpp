@@ -18,7 +18,8 @@
 //     order does too: nearly, not bit-exact; measured up to 1.1e-2 after 8 decode steps, the same
 //     size as GPU vs CPU, with top-1 always agreeing).
 //   Same step shape (graph replay vs eager, twin sequences, two models with and without the
-//     compressor branch, wo_a in bf16 and in the fp8 form): bit-exact.
+//     compressor branch, with and without the weight prefetch, wo_a in bf16 and in the fp8
+//     form): bit-exact.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -576,7 +577,24 @@ TEST(GpuModel, CompressorBranchEqualsOneStream) {
   EXPECT_EQ((*loaded)->allocations_after_load(), 0);
 }
 
-// (4c) wo_a in the fp8 form (GpuModelOptions::wo_a_fp8) holds the same values in half the bytes.
+// (4c) The weight prefetch (GpuModelOptions::l2_prefetch_mb, off in the shared model) asks L2 for
+// each layer's wo_a from a third stream in steps of 1..4 rows: a hint, so the same bits for every
+// step (decode of 1 sequence, graph and eager, is where it runs; larger steps do not fork), the
+// branch joined within the captured graph, and no allocation after load. Elsewhere than SM90 the
+// option is ignored and the comparison holds trivially.
+TEST(GpuModel, WeightPrefetchEqualsNone) {
+  DSV4_SKIP_WITHOUT_GPU();
+  DSV4_GET_SHARED(s);
+  GpuModelOptions o = test_options();
+  o.graph_batch_sizes = {1, 8};
+  o.l2_prefetch_mb = 16;
+  Result<std::unique_ptr<GpuModel>> loaded = GpuModel::load(s.cfg, *s.w, o);
+  DSV4_ASSERT_OK(loaded.status());
+  expect_same_steps(**loaded, *s.gpu);
+  EXPECT_EQ((*loaded)->allocations_after_load(), 0);
+}
+
+// (4d) wo_a in the fp8 form (GpuModelOptions::wo_a_fp8) holds the same values in half the bytes.
 // On a one-layer (CSA) model of the same shapes whose wo_a holds FP8-derived BF16 values, as the
 // real W4A16 export does (make-model --wo-a-from-fp8): against the bf16 weight (dense_decode
 // "woa,proj": 1..4 decode rows on the register GEMV, more on cuBLAS; prefill chunks on cuBLAS, the
@@ -809,6 +827,12 @@ TEST(GpuModel, LoadErrors) {
   EXPECT_NE(r.status().message().find("attention_head_groups must be 0 (the plan picks), 1 or 4, found 2"),
             std::string::npos)
       << r.status().to_string();
+
+  o = test_options();
+  o.l2_prefetch_mb = -1;
+  r = GpuModel::load(s.cfg, *s.w, o);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("l2_prefetch_mb must be in 0.."), std::string::npos) << r.status().to_string();
 
   LinearWeight& wq_a = s.w->layers[0].attn.wq_a;
   const WeightFormat saved = wq_a.format;

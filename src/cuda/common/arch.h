@@ -59,6 +59,9 @@ inline bool pdl_supported(const DeviceInfo& d) { return pdl_enabled() && d.arch 
 inline bool clusters_supported(const DeviceInfo& d) { return d.arch == GpuArch::kSm90; }
 // TMA tensor copies (cp.async.bulk.tensor) with maps from common/tensor_map.h.
 inline bool tma_supported(const DeviceInfo& d) { return d.arch == GpuArch::kSm90; }
+// Bulk L2 prefetches of weights ahead of their reader (cp.async.bulk.prefetch.L2:
+// dense/weight_prefetch.h). SM90 only; an SM86 L2 (6 MB) would hold nothing worth asking for.
+inline bool l2_prefetch_supported(const DeviceInfo& d) { return d.arch == GpuArch::kSm90; }
 
 // Warpgroup MMA (wgmma): the SM90 prefill path of the W4A16 GEMM (w4a16/wgmma_kernel.cu), which
 // exists only in builds that include sm_90a (DSV4_CUDA_ARCHS containing 90 defines DSV4_HAVE_SM90A).
