@@ -3,7 +3,8 @@
 # bench --l2-prefetch-mb`) in one device call:
 #   1. cuda_weight_prefetch_test (arguments; a prefetched read against a read after a flush);
 #   2. the 20-layer 4K ladder at B = 1, 2, 4 of the branch's dsv4 at --l2-prefetch-mb 0 and each
-#      of BUDGETS (default "16 24 32 40"), and of main's dsv4, alternated, two rounds;
+#      of BUDGETS (default "16 24 32 40"), of main's dsv4, of the branch at 0 and TRACE_MB with
+#      --weights-l2 first, and at TRACE_MB forked at the layer's start, alternated, two rounds;
 #   3. the kernel trace of B = 1 at budget 0 and at TRACE_MB (default 24), with per-layer segments
 #      (bench/trace_segments.py) and the comparison;
 #   4. gpu_model_test's prefetch, graph and load-error cases (the shared model is written first).
@@ -23,6 +24,14 @@ for round in 1 2; do
     left 200 && LADDER_BATCH=1,2,4 LADDER_COMMIT=pf ladder pf${mb}_$round dsv4_pf --l2-prefetch-mb $mb
   done
   left 200 && LADDER_BATCH=1,2,4 LADDER_COMMIT=main ladder main_$round dsv4_main
+  # The decode weight streams at L2 evict-first priority (--weights-l2 first) keep more of the
+  # prefetched lines: wq_b's stream no longer pushes them out.
+  for mb in 0 ${TRACE_MB:-24}; do
+    left 200 && LADDER_BATCH=1,2,4 LADDER_COMMIT=pf ladder pf${mb}_first_$round dsv4_pf --l2-prefetch-mb $mb --weights-l2 first
+  done
+  # Forked at the layer's start: the whole query path's time to land, beside wq_b's stream.
+  left 200 && LADDER_BATCH=1,2,4 LADDER_COMMIT=pf ladder pf${TRACE_MB:-24}_layer_$round dsv4_pf \
+    --l2-prefetch-mb ${TRACE_MB:-24} --l2-prefetch-from layer
 done
 for mb in 0 ${TRACE_MB:-24}; do
   left 170 || break

@@ -61,6 +61,7 @@ struct BenchArgs {
   std::string compressor_branch = "on";  // on | off: GpuModelOptions::compressor_branch
   std::string wo_a = "bf16";             // bf16 | fp8: GpuModelOptions::wo_a_fp8
   int l2_prefetch_mb = 0;                // GpuModelOptions::l2_prefetch_mb
+  std::string l2_prefetch_from = "wq_b";  // wq_b | layer: GpuModelOptions::l2_prefetch_early
   std::string layers = "20";             // synthetic: a count, or "max" (the most that fit)
   std::vector<int> batches = {1, 32};
   std::vector<int64_t> contexts = {4096};
@@ -318,6 +319,7 @@ int run_bench(const BenchArgs& a) {
   o.compressor_branch = a.compressor_branch == "on";
   o.wo_a_fp8 = a.wo_a == "fp8";
   o.l2_prefetch_mb = a.l2_prefetch_mb;
+  o.l2_prefetch_early = a.l2_prefetch_from == "layer";
   std::sort(o.graph_batch_sizes.begin(), o.graph_batch_sizes.end());
   const auto t_load = Clock::now();
   auto model = gpu::GpuModel::load(*cfg, *weights, o);
@@ -332,11 +334,11 @@ int run_bench(const BenchArgs& a) {
   // The peak from the memory clock and bus width (what dense_tc sizes its ring by; 0: unreported).
   auto dev = cuda::current_device_info();
   const double peak_gbs = dev.is_ok() ? (*dev)->mem_peak_bytes_per_s / 1e9 : 0.0;
-  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s (peak {:.0f}), pdl {}, weights L2 {}, attention head groups {}, compressor branch {}, wo_a {} ({} layers in fp8), l2 prefetch {} MB\n",
+  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s (peak {:.0f}), pdl {}, weights L2 {}, attention head groups {}, compressor branch {}, wo_a {} ({} layers in fp8), l2 prefetch {} MB from {}\n",
              a.model.empty() ? "synthetic flash" : a.model, cfg->n_layers, cfg->vocab_size,
              fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw, peak_gbs, a.pdl, a.weights_l2,
              a.attention_head_groups == 0 ? std::string("auto") : std::to_string(a.attention_head_groups),
-             a.compressor_branch, a.wo_a, m.fp8_linears(), a.l2_prefetch_mb);
+             a.compressor_branch, a.wo_a, m.fp8_linears(), a.l2_prefetch_mb, a.l2_prefetch_from);
   if (!m.fp8_refused().empty()) fmt::print("bench: {}\n", m.fp8_refused());
   fmt::print("bench: device bytes {:.2f} GB, estimated {:.2f} GB (weights {:.2f}, KV {:.2f}, activations {:.2f}; "
              "gpu/memory_estimate.h)\n",
@@ -367,6 +369,7 @@ int run_bench(const BenchArgs& a) {
   out["wo_a"] = a.wo_a;
   out["wo_a_fp8_layers"] = m.fp8_linears();
   out["l2_prefetch_mb"] = a.l2_prefetch_mb;
+  out["l2_prefetch_from"] = a.l2_prefetch_from;
   out["copy_bandwidth_gbs"] = *bw;
   out["peak_bandwidth_gbs"] = peak_gbs;
   out["kernel_trace_steps"] = a.kernel_trace;
@@ -559,6 +562,11 @@ void register_bench(CLI::App& app, int& exit_code, const std::string& argv) {
                   "MB of each layer's bf16 wo_a asked into L2 from a side stream while the attention chain runs, "
                   "in decode steps of 1..4 rows (0: off; SM90 only)")
       ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  cmd->add_option("--l2-prefetch-from", a->l2_prefetch_from,
+                  "wq_b | layer: fork that prefetch after wq_b, or at the layer's start (beside wq_b's stream; "
+                  "for A/B runs)")
+      ->check(CLI::IsMember({"wq_b", "layer"}))
       ->capture_default_str();
   cmd->add_option("--kernel-trace", a->kernel_trace,
                   "N: trace N more graph decode steps of each batch size with CUPTI and split the median one by "

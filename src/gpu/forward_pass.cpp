@@ -206,6 +206,7 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   auto query_path = [&]() -> Status {
     // query and KV projections in one GEMM: qkv = [bf16(x wq_a^T) | bf16(x wkv^T)]
     mark(StepCategory::kW4A16Linear);
+    if (prefetch_.early && prefetching(T)) DSV4_RETURN_IF_ERROR(fork_prefetch(l));
     DSV4_RETURN_IF_ERROR(gemm(a_.x, D, T, L.wqkv, a_.qkv, ld_qkv));
     mark(StepCategory::kMhcNorm);
     // qa = bf16(rmsnorm(qa, q_norm)); kv -> kv_norm, rope, fp8 nope -> 584-byte records in the chunk
@@ -221,7 +222,7 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
     // wo_a's weights into L2 while the attention chain (latency-bound kernels) keeps DRAM idle:
     // forked after wq_b, the last weight stream before wo_a's.
-    if (prefetching(T)) DSV4_RETURN_IF_ERROR(fork_prefetch(l));
+    if (!prefetch_.early && prefetching(T)) DSV4_RETURN_IF_ERROR(fork_prefetch(l));
     mark(StepCategory::kMhcNorm);
     if (!csa) DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));
     if (compressed && !branch) DSV4_RETURN_IF_ERROR(compress(l, b, stream_, ws_.blas));

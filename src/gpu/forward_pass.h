@@ -66,8 +66,9 @@ struct Workspaces {
 //    compressor/indexer projections and the compressors' emits), beside the query path (wqkv, its
 //    norms, wq_b, the indexer's wq_b), joined before their first reader;
 //  - the weight prefetch (GpuModelOptions::l2_prefetch_mb): L2 prefetches of each layer's wo_a,
-//    forked after wq_b so that DRAM reads them while the attention chain's latency-bound kernels
-//    run; they change no value, so one join at the end of the layers suffices.
+//    forked after wq_b (or at the layer's start) so that DRAM reads them while the attention
+//    chain's latency-bound kernels run; they change no value, so one join at the end of the
+//    layers suffices.
 struct SideStream {
   cudaStream_t stream = nullptr;  // null: off
   cudaEvent_t fork = nullptr, join = nullptr;
@@ -80,6 +81,7 @@ struct WeightPrefetch {
   static constexpr int kMaxRows = 4;  // cuda::kDenseGemvMaxRows
   SideStream branch;
   int64_t wo_a_bytes = 0;
+  bool early = false;  // fork at the layer's start (before wqkv) instead of after wq_b
 };
 
 // Host copies of one step's discrete choices (filled only when asked; a D2H copy per layer).

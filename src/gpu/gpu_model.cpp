@@ -346,7 +346,8 @@ struct GpuModel::Impl {
         kv_state_sizes(cfg, w.layers, opts.max_seqs, opts.max_tokens_per_step, opts.n_kv_blocks);
     DSV4_ASSIGN_OR_RETURN(kv, create_kv_state(cfg, w.layers, kv_sizes, arena));
     slot_next_pos.assign(size_t(opts.max_seqs), 0);
-    const WeightPrefetch prefetch{.branch = so.prefetch, .wo_a_bytes = int64_t(opts.l2_prefetch_mb) << 20};
+    const WeightPrefetch prefetch{.branch = so.prefetch, .wo_a_bytes = int64_t(opts.l2_prefetch_mb) << 20,
+                                  .early = opts.l2_prefetch_early};
     pass = std::make_unique<ForwardPass>(cfg, w, kv, act, ws, so.stream, opts.attention_head_groups, so.side, prefetch);
     DSV4_RETURN_IF_ERROR(prof.init());
     // The whole device, not only the model's stream: zeroed buffers (DeviceBuffer::create) are

@@ -53,6 +53,9 @@ struct GpuModelOptions {
   // chain's latency-bound kernels leave DRAM idle (gpu/forward_pass.h WeightPrefetch). 0: off; at
   // most the L2's size. SM90 only (elsewhere the option is ignored); same values either way.
   int l2_prefetch_mb = 0;
+  // Fork that prefetch at the layer's start (before wqkv: it then runs beside wq_b's stream too)
+  // instead of after wq_b. For A/B runs (`dsv4 bench --l2-prefetch-from layer`).
+  bool l2_prefetch_early = false;
 };
 
 // One sequence's part of a step (host memory; the model copies it to its static device buffers).

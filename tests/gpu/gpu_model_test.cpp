@@ -578,20 +578,25 @@ TEST(GpuModel, CompressorBranchEqualsOneStream) {
 }
 
 // (4c) The weight prefetch (GpuModelOptions::l2_prefetch_mb, off in the shared model) asks L2 for
-// each layer's wo_a from a third stream in steps of 1..4 rows: a hint, so the same bits for every
+// each layer's wo_a from a third stream in steps of 1..4 rows, forked after wq_b or at the layer's
+// start (l2_prefetch_early): a hint, so the same bits for every
 // step (decode of 1 sequence, graph and eager, is where it runs; larger steps do not fork), the
 // branch joined within the captured graph, and no allocation after load. Elsewhere than SM90 the
 // option is ignored and the comparison holds trivially.
 TEST(GpuModel, WeightPrefetchEqualsNone) {
   DSV4_SKIP_WITHOUT_GPU();
   DSV4_GET_SHARED(s);
-  GpuModelOptions o = test_options();
-  o.graph_batch_sizes = {1, 8};
-  o.l2_prefetch_mb = 16;
-  Result<std::unique_ptr<GpuModel>> loaded = GpuModel::load(s.cfg, *s.w, o);
-  DSV4_ASSERT_OK(loaded.status());
-  expect_same_steps(**loaded, *s.gpu);
-  EXPECT_EQ((*loaded)->allocations_after_load(), 0);
+  for (const bool early : {false, true}) {
+    SCOPED_TRACE(early ? "forked at the layer's start" : "forked after wq_b");
+    GpuModelOptions o = test_options();
+    o.graph_batch_sizes = {1, 8};
+    o.l2_prefetch_mb = 16;
+    o.l2_prefetch_early = early;
+    Result<std::unique_ptr<GpuModel>> loaded = GpuModel::load(s.cfg, *s.w, o);
+    DSV4_ASSERT_OK(loaded.status());
+    expect_same_steps(**loaded, *s.gpu);
+    EXPECT_EQ((*loaded)->allocations_after_load(), 0);
+  }
 }
 
 // (4d) wo_a in the fp8 form (GpuModelOptions::wo_a_fp8) holds the same values in half the bytes.
