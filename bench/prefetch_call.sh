@@ -9,21 +9,31 @@
 #      (bench/trace_segments.py) and the comparison;
 #   4. gpu_model_test's prefetch, graph and load-error cases (the shared model is written first).
 # Carry .carry/{pack,pf,main}.tar.xz: pf = the branch's dsv4, cuda_weight_prefetch_test and
-# gpu_model_test with the suffix _pf; main = main's dsv4 as dsv4_main; sm_90, stripped.
+# gpu_model_test with the suffix _pf; main = main's dsv4 as dsv4_main; sm_90, stripped. NI=1 also
+# carries .carry/ni.tar.xz (dsv4, cuda_ops_test and cuda_indexer_test of wip/noinline-rope, suffix
+# _ni): its tests, and its ladder with the prefetch off in each round.
 # DEADLINE (default 560): seconds from the call's start. Usage (device tool): bash bench/prefetch_call.sh
 set -u
 . bench/device_lib.sh
-carry_env pf main || exit 2
+carry_env pf main ${NI:+ni} || exit 2
 call_dir
 DEADLINE=${DEADLINE:-560}
 timeout 60 .carry/bin/cuda_weight_prefetch_test_pf --gtest_brief=1 > $R/cuda_weight_prefetch_test.log 2>&1
 echo "cuda_weight_prefetch_test rc=$? ${SECONDS}s"
 grep -E "l2 prefetch|Failure|PASSED|FAILED" $R/cuda_weight_prefetch_test.log | head -8
+if [ -n "${NI:-}" ]; then
+  for t in cuda_ops_test cuda_indexer_test; do
+    timeout 90 .carry/bin/${t}_ni --gtest_brief=1 --gtest_filter='-*Timing*' > $R/${t}_ni.log 2>&1
+    echo "${t}_ni rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/${t}_ni.log | tr '\n' ' ') ${SECONDS}s"
+  done
+fi
 for round in 1 2; do
   for mb in 0 ${BUDGETS:-16 24 32 40}; do
     left 200 && LADDER_BATCH=1,2,4 LADDER_COMMIT=pf ladder pf${mb}_$round dsv4_pf --l2-prefetch-mb $mb
   done
   left 200 && LADDER_BATCH=1,2,4 LADDER_COMMIT=main ladder main_$round dsv4_main
+  # NI=1: the branch with rope_pair's sincosf not inlined (smaller small kernels), prefetch off.
+  [ -n "${NI:-}" ] && left 200 && LADDER_BATCH=1,2,4 LADDER_COMMIT=ni ladder ni0_$round dsv4_ni --l2-prefetch-mb 0
   # The decode weight streams at L2 evict-first priority (--weights-l2 first) keep more of the
   # prefetched lines: wq_b's stream no longer pushes them out.
   for mb in 0 ${TRACE_MB:-24}; do
