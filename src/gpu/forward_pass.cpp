@@ -87,12 +87,11 @@ bool ForwardPass::prefetching(int n_tokens) const {
 Status ForwardPass::fork_prefetch(int l) const {
   const LayerDeviceWeights& L = w_.layers[size_t(l)];
   if (L.wo_a8.codes != nullptr) return Status::ok();  // the fp8 form: not asked for (yet)
+  const int64_t n_rows = int64_t(cfg_.o_groups) * cfg_.o_lora_rank, row_bytes = int64_t(cfg_.group_in_dim()) * 2;
   const cuda::RowPrefixes rows{.base = L.wo_a,
-                               .rows = int64_t(cfg_.o_groups) * cfg_.o_lora_rank,
-                               .row_stride = int64_t(cfg_.group_in_dim()) * 2,
-                               .prefix_bytes = cuda::prefix_for_budget(int64_t(cfg_.o_groups) * cfg_.o_lora_rank,
-                                                                       int64_t(cfg_.group_in_dim()) * 2,
-                                                                       prefetch_.wo_a_bytes)};
+                               .rows = n_rows,
+                               .row_stride = row_bytes,
+                               .prefix_bytes = cuda::prefix_for_budget(n_rows, row_bytes, prefetch_.wo_a_bytes)};
   if (rows.prefix_bytes == 0) return Status::ok();
   const SideStream& p = prefetch_.branch;
   DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaEventRecord(p.fork, stream_), "cudaEventRecord (prefetch fork)"));

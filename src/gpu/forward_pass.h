@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "cuda/attention/attention.h"
 #include "cuda/common/step_batch.h"
+#include "cuda/dense/dense.h"
 #include "cuda/indexer/indexer.h"
 #include "cuda/moe/moe.h"
 #include "cuda/w4a16/w4a16.h"
@@ -78,7 +79,7 @@ struct SideStream {
 // prefix of every row, dense/weight_prefetch.h), in decode steps of at most kMaxRows rows, where
 // wo_a is a pure weight stream (the register GEMV). 0 bytes or a null stream: off.
 struct WeightPrefetch {
-  static constexpr int kMaxRows = 4;  // cuda::kDenseGemvMaxRows
+  static constexpr int kMaxRows = cuda::kDenseGemvMaxRows;
   SideStream branch;
   int64_t wo_a_bytes = 0;
   bool early = false;  // fork at the layer's start (before wqkv) instead of after wq_b
