@@ -10,8 +10,8 @@
 #   4. gpu_model_test's prefetch, graph and load-error cases (the shared model is written first).
 # Carry .carry/{pack,pf,main}.tar.xz: pf = the branch's dsv4, cuda_weight_prefetch_test and
 # gpu_model_test with the suffix _pf; main = main's dsv4 as dsv4_main; sm_90, stripped. NI=1 also
-# carries .carry/ni.tar.xz (dsv4, cuda_ops_test and cuda_indexer_test of wip/noinline-rope, suffix
-# _ni): its tests, and its ladder with the prefetch off in each round.
+# carries .carry/ni.tar.xz (dsv4, cuda_ops_test, cuda_indexer_test and cuda_attention_test of
+# wip/noinline-rope, suffix _ni): its tests, and its ladder with the prefetch off in each round.
 # DEADLINE (default 560): seconds from the call's start. Usage (device tool): bash bench/prefetch_call.sh
 set -u
 . bench/device_lib.sh
@@ -22,7 +22,7 @@ timeout 60 .carry/bin/cuda_weight_prefetch_test_pf --gtest_brief=1 > $R/cuda_wei
 echo "cuda_weight_prefetch_test rc=$? ${SECONDS}s"
 grep -E "l2 prefetch|Failure|PASSED|FAILED" $R/cuda_weight_prefetch_test.log | head -8
 if [ -n "${NI:-}" ]; then
-  for t in cuda_ops_test cuda_indexer_test; do
+  for t in cuda_ops_test cuda_indexer_test cuda_attention_test; do
     timeout 90 .carry/bin/${t}_ni --gtest_brief=1 --gtest_filter='-*Timing*' > $R/${t}_ni.log 2>&1
     echo "${t}_ni rc=$? $(grep -E '^\[ +(PASSED|FAILED) +\]' $R/${t}_ni.log | tr '\n' ' ') ${SECONDS}s"
   done
