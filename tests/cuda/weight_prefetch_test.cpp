@@ -2,10 +2,14 @@
 //  - prefix_for_budget: the per-row prefix of a budget (host arithmetic, no GPU needed);
 //  - argument checks: refused on GPUs without the bulk prefetch (not SM90), and on SM90 for null,
 //    misaligned or inconsistent sizes, each message naming what it found;
-//  - the effect (SM90): a weight read right after its prefetch comes from L2, so it takes at
-//    most 0.8x the time of the same read after L2 was flushed (median of 9 rounds, CUDA events;
-//    the weight is a third of the L2, the flush four times the L2). A prefetch that landed
-//    nowhere, or a prefix computed wrongly (nothing asked), fails it.
+//  - the effect (SM90): a weight read right after its prefetch comes from L2. The same read is
+//    timed three ways (median of 9 rounds each, CUDA events; the weight a third of the L2, the
+//    flush four times the L2): after a flush (cold), after a flush and its prefetch, and after a
+//    flush and an untimed read of it (L2-resident: what the prefetch can at best give). The
+//    prefetched read must recover at least half of the cold read's time over the resident one.
+//    A prefetch that landed nowhere, or a prefix computed wrongly (nothing asked), fails it. (The
+//    first form, "at most 0.8x the cold read", failed on an H100: this read of 17.5 MB is
+//    latency-bound, 11.3 us cold, so even the resident read cannot take 0.8x of it.)
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -73,12 +77,15 @@ TEST(WeightPrefetch, PrefetchedReadComesFromL2) {
   cudaEvent_t e0, e1;
   DSV4_ASSERT_CUDA(cudaEventCreate(&e0));
   DSV4_ASSERT_CUDA(cudaEventCreate(&e1));
-  auto timed_read = [&](bool prefetch) {
+  enum class Before { kFlush, kPrefetch, kRead };
+  auto timed_read = [&](Before before) {
     EXPECT_TRUE(testing::stream_read(flush.get(), flush_bytes, sink.as<float>(), nullptr).is_ok());
-    if (prefetch) {
+    if (before == Before::kPrefetch) {
       const RowPrefixes p{w.get(), rows, row, prefix_for_budget(rows, row, int64_t(bytes))};
       EXPECT_EQ(p.prefix_bytes, row);
       EXPECT_TRUE(l2_prefetch_rows(p, nullptr).is_ok());
+    } else if (before == Before::kRead) {
+      EXPECT_TRUE(testing::stream_read(w.get(), bytes, sink.as<float>(), nullptr).is_ok());
     }
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaEventRecord(e0, nullptr);
@@ -89,18 +96,24 @@ TEST(WeightPrefetch, PrefetchedReadComesFromL2) {
     cudaEventElapsedTime(&ms, e0, e1);
     return double(ms) * 1e3;
   };
-  std::vector<double> cold, warm;
-  timed_read(false);  // warm-up (clocks, code)
+  std::vector<double> cold, fetched, resident;
+  timed_read(Before::kFlush);  // warm-up (clocks, code)
   for (int i = 0; i < 9; ++i) {
-    cold.push_back(timed_read(false));
-    warm.push_back(timed_read(true));
+    cold.push_back(timed_read(Before::kFlush));
+    fetched.push_back(timed_read(Before::kPrefetch));
+    resident.push_back(timed_read(Before::kRead));
   }
-  std::sort(cold.begin(), cold.end());
-  std::sort(warm.begin(), warm.end());
-  const double c = cold[cold.size() / 2], h = warm[warm.size() / 2];
-  std::printf("[l2 prefetch] %.1f MB read: %.2f us after a flush (%.0f GB/s), %.2f us after its prefetch (%.0f GB/s)\n",
-              double(bytes) / 1e6, c, double(bytes) / c / 1e3, h, double(bytes) / h / 1e3);
-  EXPECT_LT(h, 0.8 * c) << "the prefetched read should come from L2";
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double c = median(cold), h = median(fetched), r = median(resident);
+  const double mb = double(bytes) / 1e6;
+  std::printf("[l2 prefetch] %.1f MB read: %.2f us after a flush (%.0f GB/s), %.2f us after its prefetch (%.0f GB/s), "
+              "%.2f us after a read (%.0f GB/s)\n",
+              mb, c, mb / c * 1e3, h, mb / h * 1e3, r, mb / r * 1e3);
+  ASSERT_LT(r, 0.95 * c) << "an L2-resident read is not faster than a cold one: nothing to measure the prefetch by";
+  EXPECT_LT(h, c - 0.5 * (c - r)) << "the prefetched read should come from L2 (at least half of the resident read's gain)";
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
 }
