@@ -60,8 +60,8 @@ struct BenchArgs {
   int attention_head_groups = 0;         // GpuModelOptions::attention_head_groups
   std::string compressor_branch = "on";  // on | off: GpuModelOptions::compressor_branch
   std::string wo_a = "bf16";             // bf16 | fp8: GpuModelOptions::wo_a_fp8
-  int l2_prefetch_mb = 0;                // GpuModelOptions::l2_prefetch_mb
-  std::string l2_prefetch_from = "wq_b";  // wq_b | layer: GpuModelOptions::l2_prefetch_early
+  int l2_prefetch_mb = 16;                // GpuModelOptions::l2_prefetch_mb
+  std::string l2_prefetch_from = "layer";  // layer | wq_b: GpuModelOptions::l2_prefetch_early
   std::string layers = "20";             // synthetic: a count, or "max" (the most that fit)
   std::vector<int> batches = {1, 32};
   std::vector<int64_t> contexts = {4096};
@@ -559,14 +559,13 @@ void register_bench(CLI::App& app, int& exit_code, const std::string& argv) {
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
   cmd->add_option("--l2-prefetch-mb", a->l2_prefetch_mb,
-                  "MB of each layer's bf16 wo_a asked into L2 from a side stream while the attention chain runs, "
-                  "in decode steps of 1..4 rows (0: off; SM90 only)")
+                  "MB of each layer's bf16 wo_a asked into L2 from a side stream while the layer's latency-bound "
+                  "kernels run, in decode steps of 1..4 rows (0: off; SM90 only)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   cmd->add_option("--l2-prefetch-from", a->l2_prefetch_from,
-                  "wq_b | layer: fork that prefetch after wq_b, or at the layer's start (beside wq_b's stream; "
-                  "for A/B runs)")
-      ->check(CLI::IsMember({"wq_b", "layer"}))
+                  "layer | wq_b: fork that prefetch at the layer's start, or after wq_b (for A/B runs)")
+      ->check(CLI::IsMember({"layer", "wq_b"}))
       ->capture_default_str();
   cmd->add_option("--kernel-trace", a->kernel_trace,
                   "N: trace N more graph decode steps of each batch size with CUPTI and split the median one by "

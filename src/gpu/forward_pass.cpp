@@ -220,7 +220,8 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     mark(StepCategory::kW4A16Linear);
     DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
     // wo_a's weights into L2 while the attention chain (latency-bound kernels) keeps DRAM idle:
-    // forked after wq_b, the last weight stream before wo_a's.
+    // forked after wq_b, the last weight stream before wo_a's (A/B runs; by default the fork is
+    // at the layer's start, above, whose longer window measured faster).
     if (!prefetch_.early && prefetching(T)) DSV4_RETURN_IF_ERROR(fork_prefetch(l));
     mark(StepCategory::kMhcNorm);
     if (!csa) DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));

@@ -67,9 +67,9 @@ struct Workspaces {
 //    compressor/indexer projections and the compressors' emits), beside the query path (wqkv, its
 //    norms, wq_b, the indexer's wq_b), joined before their first reader;
 //  - the weight prefetch (GpuModelOptions::l2_prefetch_mb): L2 prefetches of each layer's wo_a,
-//    forked after wq_b (or at the layer's start) so that DRAM reads them while the attention
-//    chain's latency-bound kernels run; they change no value, so one join at the end of the
-//    layers suffices.
+//    forked at the layer's start (or after wq_b) so that DRAM reads them while the layer's
+//    latency-bound kernels run; they change no value, so one join at the end of the layers
+//    suffices.
 struct SideStream {
   cudaStream_t stream = nullptr;  // null: off
   cudaEvent_t fork = nullptr, join = nullptr;

@@ -49,13 +49,17 @@ struct GpuModelOptions {
   // 1..8 rows, blocks of 32 weight rows at 9..32; cuda/dense/dense.h), close to the bf16 result.
   bool wo_a_fp8 = false;
   // MB of each layer's bf16 wo_a (67 MB in Flash) asked into L2 ahead of its decode GEMV, in steps
-  // of 1..4 rows: a launch on a third stream, forked after wq_b, reads them while the attention
-  // chain's latency-bound kernels leave DRAM idle (gpu/forward_pass.h WeightPrefetch). 0: off; at
-  // most the L2's size. SM90 only (elsewhere the option is ignored); same values either way.
-  int l2_prefetch_mb = 0;
-  // Fork that prefetch at the layer's start (before wqkv: it then runs beside wq_b's stream too)
-  // instead of after wq_b. For A/B runs (`dsv4 bench --l2-prefetch-from layer`).
-  bool l2_prefetch_early = false;
+  // of 1..4 rows: a launch on a third stream, forked at the layer's start, reads them while the
+  // layer's latency-bound kernels (the mHC pair, the norms, the attention chain) leave DRAM idle
+  // (gpu/forward_pass.h WeightPrefetch). 0: off; at most the L2's size. SM90 only (elsewhere the
+  // option is ignored); same values either way. 16 MB measured best on an H100 (20 layers, 4K:
+  // batch 1 -1.0%, 2 -0.9%, 4 -0.3%; 8 and 24 MB a little less, 32 and 40 none: the prefetch's
+  // reads then slow the layer's first weight streams; bench/results/prefetch_h100_7d10325).
+  int l2_prefetch_mb = 16;
+  // Fork that prefetch at the layer's start (before wqkv) rather than after wq_b (which gained
+  // nothing: the attention chain alone is too short a window). For A/B runs (`dsv4 bench
+  // --l2-prefetch-from wq_b`).
+  bool l2_prefetch_early = true;
 };
 
 // One sequence's part of a step (host memory; the model copies it to its static device buffers).

@@ -577,21 +577,21 @@ TEST(GpuModel, CompressorBranchEqualsOneStream) {
   EXPECT_EQ((*loaded)->allocations_after_load(), 0);
 }
 
-// (4c) The weight prefetch (GpuModelOptions::l2_prefetch_mb, off in the shared model) asks L2 for
-// each layer's wo_a from a third stream in steps of 1..4 rows, forked after wq_b or at the layer's
-// start (l2_prefetch_early): a hint, so the same bits for every
-// step (decode of 1 sequence, graph and eager, is where it runs; larger steps do not fork), the
+// (4c) The weight prefetch (GpuModelOptions::l2_prefetch_mb: 16 MB forked at the layer's start
+// in the shared model, the default) asks L2 for each layer's wo_a from a third stream in steps of
+// 1..4 rows: a hint, so the same bits for every step without it and with it forked after wq_b
+// (decode of 1 sequence, graph and eager, is where it runs; larger steps do not fork), the
 // branch joined within the captured graph, and no allocation after load. Elsewhere than SM90 the
 // option is ignored and the comparison holds trivially.
 TEST(GpuModel, WeightPrefetchEqualsNone) {
   DSV4_SKIP_WITHOUT_GPU();
   DSV4_GET_SHARED(s);
-  for (const bool early : {false, true}) {
-    SCOPED_TRACE(early ? "forked at the layer's start" : "forked after wq_b");
+  for (const bool none : {true, false}) {
+    SCOPED_TRACE(none ? "no prefetch" : "forked after wq_b");
     GpuModelOptions o = test_options();
     o.graph_batch_sizes = {1, 8};
-    o.l2_prefetch_mb = 16;
-    o.l2_prefetch_early = early;
+    o.l2_prefetch_mb = none ? 0 : 16;
+    o.l2_prefetch_early = false;
     Result<std::unique_ptr<GpuModel>> loaded = GpuModel::load(s.cfg, *s.w, o);
     DSV4_ASSERT_OK(loaded.status());
     expect_same_steps(**loaded, *s.gpu);

@@ -34,6 +34,15 @@ __global__ void read_kernel(const uint4* __restrict__ src, size_t n, float* sink
   for (; i < n; i += stride) acc ^= src[i].x;
   if (acc == 0x12345678u) sink[blockIdx.x] = float(acc);  // practically never: keeps the loads
 }
+__global__ void hold_kernel(uint64_t ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
 constexpr int kTileWarps = 8, kTileWk = 4;     // d16n128: 2 column tiles x 4 warps along K
 constexpr int kSlotU4 = (4096 + 128) / 16;      // one ring slot: a group's codes and scales
 
@@ -131,6 +140,12 @@ Status stream_copy(void* dst, const void* src, size_t bytes, cudaStream_t stream
 Status stream_read(const void* src, size_t bytes, float* sink, cudaStream_t stream) {
   read_kernel<<<kBlocks, kThreads, 0, stream>>>(static_cast<const uint4*>(src), bytes / 16, sink);
   return last_launch_status("read_kernel");
+}
+
+Status hold_stream(double us, cudaStream_t stream) {
+  if (!(us > 0.0 && us <= 1e6)) return invalid_argument("hold_stream: {} us (0 < us <= 1e6)", us);
+  hold_kernel<<<1, 1, 0, stream>>>(uint64_t(us * 1e3));
+  return last_launch_status("hold_kernel");
 }
 
 }  // namespace dsv4::cuda::testing

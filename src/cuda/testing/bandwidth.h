@@ -1,6 +1,7 @@
 // bandwidth.h: plain streaming kernels that measure the memory ceilings a benchmark compares
 // against (same run, same clocks): a 16-byte-per-thread copy, a read-only sum, and a read of
-// W4A16 expert tiles in the decode GEMM's access pattern without its arithmetic.
+// W4A16 expert tiles in the decode GEMM's access pattern without its arithmetic; and a kernel
+// that only holds its stream for a while.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,5 +33,10 @@ struct TileReadArgs {
   int stages = 2;                 // ring slots per warp: 2, 3 or 4
 };
 Status tile_stream_read(const TileReadArgs& a, float* sink, cudaStream_t stream);
+
+// Holds `stream` for about `us` microseconds (one thread polls the global timer) without touching
+// memory: a window in which work forked onto another stream runs, as a decode step's
+// latency-bound kernels leave one (the weight prefetch's test). 0 < us <= 1e6.
+Status hold_stream(double us, cudaStream_t stream);
 
 }  // namespace dsv4::cuda::testing
