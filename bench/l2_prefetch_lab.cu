@@ -28,6 +28,21 @@ __global__ void bulk_kernel(const char* base, int rows, int row, int piece) {
   for (int at = 0; at < row; at += piece)
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(base + size_t(r) * row + at), "r"(piece) : "memory");
 }
+// Each row asked for by `copies` threads of blocks nb apart in the grid (likely different SMs).
+__global__ void bulk_copies_kernel(const char* base, int rows, int row, int nb) {
+  const int r = (blockIdx.x % nb) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(base + size_t(r) * row), "r"(row) : "memory");
+}
+// One 16-byte load a 128-byte line, in the timed read's grid shape (same blocks, so likely the same
+// SMs, reading the same lines).
+__global__ void touch_same_kernel(const int4* p, size_t n, float* sink) {
+  float acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    if ((i & 7) == 0) { int4 v = p[i]; acc += __int_as_float(v.x); }
+  }
+  if (acc == 1.2345f) sink[0] = acc;
+}
 __global__ void line_kernel(const char* base, size_t bytes) {
   for (size_t i = (blockIdx.x * size_t(blockDim.x) + threadIdx.x) * 128; i < bytes; i += size_t(gridDim.x) * blockDim.x * 128)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(base + i));
@@ -60,10 +75,12 @@ int main() {
   CK(cudaMemset(w, 1, bytes)); CK(cudaMemset(f, 2, fb));
   cudaEvent_t b, c; cudaEventCreate(&b); cudaEventCreate(&c);
   printf("%s: L2 %zu MB, %d SMs, weight %.1f MB\n", prop.name, l2 >> 20, sms, bytes / 1e6);
-  const char* names[] = {"cold", "read first", "bulk 8K/row", "bulk 2K x4", "bulk 1K x8", "bulk 8K/row 2 blocks/SM-ish", "prefetch.L2 lines", "prefetch.L2::evict_last lines", "touch loads", "touch loads x4 grid"};
+  const char* names[] = {"cold", "read first", "bulk 8K/row", "bulk 2K x4", "bulk 1K x8", "bulk 8K/row 2 blocks/SM-ish", "prefetch.L2 lines", "prefetch.L2::evict_last lines", "touch loads", "touch loads x4 grid",
+                         "read kernel on the side", "bulk 8K/row x2 blocks", "bulk 8K/row x4 blocks",
+                         "touch loads, read's grid"};
   cudaStream_t ms, ss; cudaStreamCreateWithFlags(&ms, cudaStreamNonBlocking); cudaStreamCreateWithFlags(&ss, cudaStreamNonBlocking);
   cudaEvent_t fk, jn; cudaEventCreateWithFlags(&fk, cudaEventDisableTiming); cudaEventCreateWithFlags(&jn, cudaEventDisableTiming);
-  for (int hold : {40, 20}) for (int v = 0; v < 10; ++v) {
+  for (int hold : {40, 20}) for (int v = 0; v < 14; ++v) {
     std::vector<float> rd_us;
     for (int it = 0; it < 12; ++it) {
       read_kernel<<<sms * 4, 512, 0, ms>>>((const int4*)f, fb / 16, sink);
@@ -78,6 +95,10 @@ int main() {
         case 7: line_last_kernel<<<sms * 2, 256, 0, ss>>>(w, bytes); break;
         case 8: touch_kernel<<<sms * 2, 256, 0, ss>>>((const int4*)w, bytes / 16, sink); break;
         case 9: touch_kernel<<<sms * 8, 256, 0, ss>>>((const int4*)w, bytes / 16, sink); break;
+        case 10: read_kernel<<<sms * 4, 512, 0, ss>>>((const int4*)w, bytes / 16, sink); break;
+        case 11: bulk_copies_kernel<<<2 * ((rows + 63) / 64), 64, 0, ss>>>(w, rows, row, (rows + 63) / 64); break;
+        case 12: bulk_copies_kernel<<<4 * ((rows + 63) / 64), 64, 0, ss>>>(w, rows, row, (rows + 63) / 64); break;
+        case 13: touch_same_kernel<<<sms * 4, 512, 0, ss>>>((const int4*)w, bytes / 16, sink); break;
       }
       cudaEventRecord(jn, ss);
       hold_kernel<<<1, 1, 0, ms>>>(hold * 1000ull);
