@@ -13,7 +13,7 @@
 //    wrongly (nothing asked), fails it. On an H100 it recovers 39-46% (17.5 MB: 9.2-9.3 us cold,
 //    7.9-8.0 prefetched, 6.2 resident): lines that other SMs' requests brought into L2 serve this
 //    grid at ~2.2-2.4 TB/s, loads from another grid included, against 3.0 TB/s for lines its own
-//    earlier read brought (bench/results/prefetch_h100_7d10325, pflab.txt). Its first form, a
+//    earlier read brought (bench/results/prefetch_h100_7d10325/5_pflab_hold.txt). Its first form, a
 //    prefetch and a host wait before the read, measured the clocks more than L2.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -128,7 +128,8 @@ TEST(WeightPrefetch, PrefetchedReadComesFromL2) {
               "prefetch (%.0f GB/s), %.2f us after a read (%.0f GB/s)\n",
               mb, c, mb / c * 1e3, h, mb / h * 1e3, r, mb / r * 1e3);
   EXPECT_LT(r, 0.95 * c) << "an L2-resident read is not faster than a cold one: nothing to measure the prefetch by";
-  EXPECT_LT(h, c - 0.2 * (c - r)) << "the prefetched read should come from L2 (at least a fifth of the resident read's gain)";
+  EXPECT_LT(h, c - 0.2 * (c - r))
+      << "the prefetched read should come from L2 (at least a fifth of the resident read's gain)";
   for (cudaEvent_t e : {fork, join, e0, e1}) cudaEventDestroy(e);
   cudaStreamDestroy(main_s);
   cudaStreamDestroy(side);
