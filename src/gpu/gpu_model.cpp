@@ -462,6 +462,15 @@ struct GpuModel::Impl {
                             "positions {}; {:.3f} GiB allocated in all",
                             gib(arena.bytes(MemCategory::kActivations)), opts.max_tokens_per_step,
                             gib(arena.bytes(MemCategory::kWorkspaces)), opts.max_positions, gib(arena.bytes())));
+    const std::string prefetch =
+        so.prefetch.stream != nullptr
+            ? fmt::format("{} MB of each layer's wo_a, forked {}, in decode steps of 1..{} rows", opts.l2_prefetch_mb,
+                          opts.l2_prefetch_early ? "at the layer's start" : "after wq_b", WeightPrefetch::kMaxRows)
+        : opts.l2_prefetch_mb == 0 ? std::string("off")
+                                   : std::string("off (the bulk L2 prefetch needs SM90)");
+    m.push_back(fmt::format("gpu side streams: compressor branch {}; L2 prefetch {}",
+                            so.side.stream != nullptr ? "on (steps whose compressor projections run on cuBLAS)" : "off",
+                            prefetch));
     std::string g;
     for (const Graph& x : graphs) g += (g.empty() ? "" : ", ") + std::to_string(x.batch);
     m.push_back(g.empty() ? std::string("gpu CUDA graphs: none (every step eager)")

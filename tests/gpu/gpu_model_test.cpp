@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "cpu/model.h"
+#include "cuda/common/arch.h"
 #include "gpu/gpu_model.h"
 #include "harness.h"
 #include "model/make_model.h"
@@ -73,6 +74,14 @@ Shared* g_shared = nullptr;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Whether one of the model's manifest lines contains `text` (printed when not).
+bool manifest_has(const GpuModel& m, const std::string& text) {
+  for (const std::string& line : m.manifest())
+    if (line.find(text) != std::string::npos) return true;
+  for (const std::string& line : m.manifest()) std::printf("  manifest: %s\n", line.c_str());
+  return false;
 }
 
 GpuModelOptions test_options() {
@@ -581,8 +590,9 @@ TEST(GpuModel, CompressorBranchEqualsOneStream) {
 // in the shared model, the default) asks L2 for each layer's wo_a from a third stream in steps of
 // 1..4 rows: a hint, so the same bits for every step without it and with it forked after wq_b
 // (decode of 1 sequence, graph and eager, is where it runs; larger steps do not fork), the
-// branch joined within the captured graph, and no allocation after load. Elsewhere than SM90 the
-// option is ignored and the comparison holds trivially.
+// branch joined within the captured graph, and no allocation after load; the manifest says
+// which prefetch runs. Elsewhere than SM90 the option is ignored (the manifest says why) and the
+// comparison holds trivially.
 TEST(GpuModel, WeightPrefetchEqualsNone) {
   DSV4_SKIP_WITHOUT_GPU();
   DSV4_GET_SHARED(s);
@@ -596,7 +606,16 @@ TEST(GpuModel, WeightPrefetchEqualsNone) {
     DSV4_ASSERT_OK(loaded.status());
     expect_same_steps(**loaded, *s.gpu);
     EXPECT_EQ((*loaded)->allocations_after_load(), 0);
+    if (none) {
+      EXPECT_TRUE(manifest_has(**loaded, "L2 prefetch off"));
+    }
   }
+  // The manifest says what the shared model (the default) does.
+  Result<const cuda::DeviceInfo*> dev = cuda::current_device_info();
+  DSV4_ASSERT_OK(dev.status());
+  EXPECT_TRUE(manifest_has(*s.gpu, cuda::l2_prefetch_supported(**dev)
+                                       ? "L2 prefetch 16 MB of each layer's wo_a, forked at the layer's start"
+                                       : "L2 prefetch off (the bulk L2 prefetch needs SM90)"));
 }
 
 // (4d) wo_a in the fp8 form (GpuModelOptions::wo_a_fp8) holds the same values in half the bytes.
