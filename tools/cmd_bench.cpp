@@ -60,8 +60,9 @@ struct BenchArgs {
   int attention_head_groups = 0;         // GpuModelOptions::attention_head_groups
   std::string compressor_branch = "on";  // on | off: GpuModelOptions::compressor_branch
   std::string wo_a = "bf16";             // bf16 | fp8: GpuModelOptions::wo_a_fp8
-  int l2_prefetch_mb = 16;               // GpuModelOptions::l2_prefetch_mb
-  std::string l2_prefetch_from = "layer";  // layer | wq_b: GpuModelOptions::l2_prefetch_early
+  // The model's defaults, so that the bench measures what a server runs.
+  int l2_prefetch_mb = gpu::GpuModelOptions{}.l2_prefetch_mb;
+  std::string l2_prefetch_from = gpu::GpuModelOptions{}.l2_prefetch_early ? "layer" : "wq_b";  // layer | wq_b
   std::string layers = "20";             // synthetic: a count, or "max" (the most that fit)
   std::vector<int> batches = {1, 32};
   std::vector<int64_t> contexts = {4096};
