@@ -610,12 +610,16 @@ TEST(GpuModel, WeightPrefetchEqualsNone) {
       EXPECT_TRUE(manifest_has(**loaded, "L2 prefetch off"));
     }
   }
-  // The manifest says what the shared model (the default) does.
+  // The manifest says what the shared model (the default options) does.
   Result<const cuda::DeviceInfo*> dev = cuda::current_device_info();
   DSV4_ASSERT_OK(dev.status());
+  const GpuModelOptions& o = s.gpu->options();
+  ASSERT_GT(o.l2_prefetch_mb, 0);
+  ASSERT_TRUE(o.l2_prefetch_early);
   EXPECT_TRUE(manifest_has(*s.gpu, cuda::l2_prefetch_supported(**dev)
-                                       ? "L2 prefetch 16 MB of each layer's wo_a, forked at the layer's start"
-                                       : "L2 prefetch off (the bulk L2 prefetch needs SM90)"));
+                                       ? "L2 prefetch " + std::to_string(o.l2_prefetch_mb) +
+                                             " MB of each layer's wo_a, forked at the layer's start"
+                                       : std::string("L2 prefetch off (the bulk L2 prefetch needs SM90)")));
 }
 
 // (4d) wo_a in the fp8 form (GpuModelOptions::wo_a_fp8) holds the same values in half the bytes.
