@@ -10,9 +10,11 @@ the wq_a|wkv GEMM (the first kernel of a layer's attention), the end of the atte
 the indexer's launches on CSA layers. After the segments, a table per kernel (name and grid):
 launches, median duration, median and summed exposed time, the 15 largest by summed exposure.
 Given several results, each later one is then compared with the first, kernel by kernel (summed
-exposure). Usage:
+exposure). With --layers, the kernels of the middle CSA layer and the middle SWA/HCA layer are also
+listed in launch order (start and end from the layer's first kernel, duration, exposed time), to
+see a layer's chain whole. Usage:
 
-  python3 bench/trace_segments.py RESULT.json [RESULT2.json ...]
+  python3 bench/trace_segments.py [--layers] RESULT.json [RESULT2.json ...]
 """
 import json
 import statistics
@@ -58,6 +60,25 @@ def segments(rows):
     return seg
 
 
+def layer_listing(rows):
+    """The middle CSA layer's and the middle SWA/HCA layer's kernels in launch order."""
+    starts = [i for i, r in enumerate(rows) if r["grid"] == [12, 8, 1] and "w4a16" in r["name"]]
+    layers = {"csa": [], "swa/hca": []}
+    for a, b in zip(starts, starts[1:]):
+        layers["csa" if first(rows, a, b, "indexer_split") is not None else "swa/hca"].append((a, b))
+    for kind, spans in layers.items():
+        if not spans:
+            continue
+        a, b = spans[len(spans) // 2]
+        t0 = rows[a]["start_us"]
+        print(f"  {kind} layer (kernels {a}..{b - 1}), times from its first kernel's start (us):")
+        print("    start      end  duration  exposed  kernel (grid)")
+        for r in rows[a:b]:
+            grid = "x".join(str(x) for x in r["grid"])
+            print(f"    {r['start_us'] - t0:6.2f} {r['end_us'] - t0:8.2f} {r['end_us'] - r['start_us']:9.2f}"
+                  f" {r['exposed_us']:8.2f}  {r['name'][:60]} ({grid})")
+
+
 def kernel_table(rows):
     """Per kernel (name cut to 48 characters, grid): launches, median duration, median exposed time
     and summed exposed time (us), largest summed exposure first."""
@@ -72,10 +93,13 @@ def kernel_table(rows):
 
 
 def main():
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    listing = "--layers" in args
+    paths = [a for a in args if a != "--layers"]
+    if not paths:
         raise SystemExit(__doc__)
     tables = []
-    for path in sys.argv[1:]:
+    for path in paths:
         rows, span = trace_rows(path)
         print(f"== {path}: step span {span:.1f} us, {len(rows)} kernels")
         for name, v in sorted(segments(rows).items()):
@@ -85,6 +109,8 @@ def main():
         print("  kernel                                           grid            n  duration  exposed  exposed sum (us)")
         for name, grid, n, dur, exp, total in table[:15]:
             print(f"  {name:48s} {grid:13s} {n:3d} {dur:9.2f} {exp:8.2f} {total:9.1f}")
+        if listing:
+            layer_listing(rows)
     if len(tables) > 1:
         # Side by side: every later result against the first, on the first's 15 largest kernels and
         # any kernel whose summed exposure moved by 10 us or more.
