@@ -2,7 +2,8 @@
 SWA layer, a CSA layer, then the start of a third): the segments between the landmarks (wq_a|wkv
 end, the indexer's launches, the attention combine) come out as the rows say, the per-kernel table
 groups launches by name and grid, two results compare kernel by kernel, and a result without a
-trace is refused with a message. Usage: python3 tests/python/test_trace_segments.py"""
+trace is refused with a message, and --layers lists the middle layer of each kind in launch order.
+Usage: python3 tests/python/test_trace_segments.py"""
 import json
 import os
 import subprocess
@@ -59,6 +60,17 @@ def main():
         p = subprocess.run([sys.executable, script, good, other], capture_output=True, text=True)
         line = [x for x in p.stdout.splitlines() if "attention_combine_kernel" in x and "+12.5" in x]
         check(p.returncode == 0 and "230.0 -> 242.5 us (+12.5)" in p.stdout and len(line) == 1, p.stdout)
+        # --layers: each kind's middle layer (one of each here), times from its first kernel's start.
+        p = subprocess.run([sys.executable, script, "--layers", good], capture_output=True, text=True)
+        out = p.stdout.splitlines()
+        csa = out.index("  csa layer (kernels 5..9), times from its first kernel's start (us):")
+        swa = out.index("  swa/hca layer (kernels 1..4), times from its first kernel's start (us):")
+        check(p.returncode == 0 and "indexer_merge_kernel (1x1x1)" in out[csa + 5], p.stdout)
+        check(out[csa + 2].split()[:4] == ["0.00", "1.00", "1.00", "2.00"], out[csa + 2])
+        check(out[csa + 6].split()[:3] == ["40.00", "41.00", "1.00"] and "attention_combine" in out[csa + 6], out)
+        check(out[swa + 3].split()[:2] == ["4.00", "5.00"] and "q_norm_rope_kernel" in out[swa + 3], out)
+        p = subprocess.run([sys.executable, script, good], capture_output=True, text=True)
+        check("layer (kernels" not in p.stdout, p.stdout)
         p = subprocess.run([sys.executable, script, bad], capture_output=True, text=True)
         check(p.returncode != 0 and "no kernel_trace" in p.stderr, p)
     print("test_trace_segments: all passed")
