@@ -37,16 +37,21 @@ def first(rows, lo, hi, needle):
     return None
 
 
-def segments(rows):
-    # A layer starts at its wq_a|wkv GEMM: the decode GEMM launch of grid (12, 8, 1) at Flash
-    # shapes (N = 1536 in 128-column tiles, 8 splits).
+def layer_spans(rows):
+    """(kind, a, b) of every whole layer: rows[a:b] are its kernels, kind "csa" or "swa/hca". A
+    layer starts at its wq_a|wkv GEMM: the decode GEMM launch of grid (12, 8, 1) at Flash shapes
+    (N = 1536 in 128-column tiles, 8 splits)."""
     starts = [i for i, r in enumerate(rows) if r["grid"] == [12, 8, 1] and "w4a16" in r["name"]]
-    seg = {}
     for a, b in zip(starts, starts[1:]):
+        yield ("csa" if first(rows, a, b, "indexer_split") is not None else "swa/hca"), a, b
+
+
+def segments(rows):
+    seg = {}
+    for kind, a, b in layer_spans(rows):
         comb = first(rows, a, b, "attention_combine")
         if comb is None:
             continue
-        kind = "csa" if first(rows, a, b, "indexer_split") is not None else "swa/hca"
         end = lambda j: rows[j]["end_us"]
         seg.setdefault(f"{kind}: wqkv end -> combine end", []).append(end(comb) - end(a))
         seg.setdefault(f"{kind}: combine end -> next wqkv end", []).append(end(b) - end(comb))
@@ -62,10 +67,9 @@ def segments(rows):
 
 def layer_listing(rows):
     """The middle CSA layer's and the middle SWA/HCA layer's kernels in launch order."""
-    starts = [i for i, r in enumerate(rows) if r["grid"] == [12, 8, 1] and "w4a16" in r["name"]]
     layers = {"csa": [], "swa/hca": []}
-    for a, b in zip(starts, starts[1:]):
-        layers["csa" if first(rows, a, b, "indexer_split") is not None else "swa/hca"].append((a, b))
+    for kind, a, b in layer_spans(rows):
+        layers[kind].append((a, b))
     for kind, spans in layers.items():
         if not spans:
             continue
