@@ -146,7 +146,7 @@ std::vector<int32_t> reference_row(const KeyPool& kp, const Row& r, const float*
 
 // Runs indexer_topk on `rows` with a workspace of (max_tokens, max_positions) and compares.
 void run_topk(const std::vector<Row>& rows, int ws_max_tokens, int64_t ws_max_positions, int expect_splits,
-              uint64_t seed, IndexerSplitKernel kernel = IndexerSplitKernel::kAuto) {
+              uint64_t seed, IndexerSplitKernel kernel = IndexerSplitKernel::kAuto, int merge_blocks = 0) {
   KeyPool& kp = keys();
   const int T = int(rows.size());
   std::mt19937_64 rng(seed);
@@ -193,7 +193,7 @@ void run_topk(const std::vector<Row>& rows, int ws_max_tokens, int64_t ws_max_po
   const int splits = topk_launch_splits(T, ws_slots, rows_kernel);
   EXPECT_EQ(splits, expect_splits) << "the case does not exercise the split count it was written for";
   DSV4_ASSERT_OK(indexer_topk(b, d_q.as<__nv_bfloat16>(), d_w.as<float>(), kHeads, kv, kTopk, *ws, d_sel.as<int32_t>(), nullptr,
-                              0, kernel));
+                              0, kernel, merge_blocks));
   DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
   const std::vector<int32_t> sel = download<int32_t>(d_sel.get(), size_t(T) * kTopk);
 
@@ -211,8 +211,11 @@ void run_topk(const std::vector<Row>& rows, int ws_max_tokens, int64_t ws_max_po
       ADD_FAILURE() << "row " << t << " (seq " << rows[size_t(t)].seq << ", pos " << rows[size_t(t)].pos << "): rank "
                     << first << " gpu " << sel[size_t(t) * kTopk + first] << " cpu " << want[size_t(first)];
   }
-  std::printf("[topk] %d rows, %d splits per row, %s kernel: %d rows differ\n", T, splits,
-              rows_kernel ? "multi-row" : "per-row", bad_rows);
+  const int mb = merge_blocks > 0 ? merge_blocks : merge_blocks_for(T);
+  int ranked = 0;
+  for (const Row& r : rows) ranked += r.seq >= 0 && rank_merge((r.pos + 1) / kRatio, mb);
+  std::printf("[topk] %d rows, %d splits per row, %s kernel, %d merge blocks per row (%d rows ranked): %d rows differ\n",
+              T, splits, rows_kernel ? "multi-row" : "per-row", mb, ranked, bad_rows);
   EXPECT_EQ(bad_rows, 0);
 }
 
@@ -252,7 +255,32 @@ TEST(CudaIndexer, TopkDecodeManySplits) {
   for (int64_t n : {600, 130, 21}) rows.push_back({2, pos_for(n, v++)});
   rows.push_back({0, 4 * 20000 + 1});
   // A workspace for 64 rows at 256K: 64 x 64 slots, so these 17 rows get kMaxSplits splits each.
+  // 15 merge blocks a row by default: the rows up to 1920 keys are ranked; with one, none is.
   run_topk(rows, 64, 262144, kMaxSplits, 1);
+  run_topk(rows, 64, 262144, kMaxSplits, 1, IndexerSplitKernel::kAuto, 1);
+}
+
+// The merge's rank path (topk_plan.h rank_merge) at its edges: rows of 1 .. 2049 keys at batch 1
+// to 4 (16 merge blocks: up to 2048 keys ranked, the 2049-key row merged by one block, its splits
+// sorted), the same rows with 3 merge blocks (up to 384: blocks of uneven shares, the last one
+// short or empty) and with 1 (no rank path), ties (seq 1) and padding among them.
+TEST(CudaIndexer, TopkRankMerge) {
+  DSV4_SKIP_WITHOUT_GPU();
+  int v = 0;
+  std::vector<Row> all;
+  for (int64_t n : {1, 2, 127, 128, 129, 383, 384, 385, 511, 512, 513, 1024, 1025, 1029, 2047, 2048, 2049})
+    all.push_back({0, pos_for(n, v++)});
+  for (int64_t n : {1029, 2048, 385, 700}) all.push_back({1, pos_for(n, v++)});  // ties everywhere
+  for (int64_t n : {384, 599}) all.push_back({2, pos_for(n, v++)});
+  // Steps of 4 rows (3 real, one padding row at any place) over a workspace for 4 rows at 256K:
+  // 64 splits per row.
+  std::mt19937_64 rng(21);
+  for (size_t i = 0; i < all.size(); i += 3) {
+    std::vector<Row> rows(all.begin() + int64_t(i), all.begin() + int64_t(std::min(all.size(), i + 3)));
+    while (rows.size() < 4) rows.insert(rows.begin() + int64_t((i / 3) % (rows.size() + 1)), Row{-1, 0});
+    const uint64_t seed = rng();
+    for (int mb : {0, 3, 1}) run_topk(rows, 4, 262144, 64, seed, IndexerSplitKernel::kAuto, mb);
+  }
 }
 
 TEST(CudaIndexer, TopkDecodeBatch32) {
@@ -353,7 +381,8 @@ TEST(CudaIndexer, TopkTiming) {
     int T;
     int64_t n_vis;
   };
-  for (const Case& c : {Case{1, 65536}, Case{8, 65536}, Case{32, 65536}, Case{1, 1024}, Case{32, 1024}}) {
+  for (const Case& c : {Case{1, 65536}, Case{8, 65536}, Case{32, 65536}, Case{1, 1024}, Case{32, 1024}, Case{1, 1029},
+                        Case{4, 1029}, Case{1, 2048}}) {
     const int T = c.T;
     std::mt19937_64 rng(7);
     std::vector<float> q(size_t(T) * kHeads * kDim), w(size_t(T) * kHeads, 0.01f);
@@ -362,15 +391,22 @@ TEST(CudaIndexer, TopkTiming) {
     DeviceBuffer d_sel = device_alloc(size_t(T) * kTopk * 4);
     auto ws = IndexerWorkspace::create(256, 262144, kRatio, kTopk);
     ASSERT_TRUE(ws.is_ok());
-    auto launch = [&] {
-      return indexer_topk(l.b, l.q.as<__nv_bfloat16>(), l.w.as<float>(), kHeads, l.kv, kTopk, *ws, d_sel.as<int32_t>(),
-                          nullptr);
-    };
-    DSV4_ASSERT_OK(launch());
-    DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
-    const double us = mean_call_us(launch);
-    std::printf("[topk timing] %d row(s) x %lld keys: %.1f us per call (%.1f us per row)\n", T, (long long)c.n_vis, us,
-                us / T);
+    // The default merge, then (where it ranks) the one-block merge for comparison.
+    const bool ranked = rank_merge(c.n_vis, merge_blocks_for(T));
+    double us = 0;
+    for (int mb : {0, 1}) {
+      if (mb == 1 && !ranked) break;
+      auto launch = [&] {
+        return indexer_topk(l.b, l.q.as<__nv_bfloat16>(), l.w.as<float>(), kHeads, l.kv, kTopk, *ws,
+                            d_sel.as<int32_t>(), nullptr, 0, IndexerSplitKernel::kAuto, mb);
+      };
+      DSV4_ASSERT_OK(launch());
+      DSV4_ASSERT_CUDA(cudaDeviceSynchronize());
+      const double t_us = mean_call_us(launch);
+      if (mb == 0) us = t_us;
+      std::printf("[topk timing] %d row(s) x %lld keys, %s merge: %.1f us per call (%.1f us per row)\n", T,
+                  (long long)c.n_vis, mb == 1 ? "one-block" : ranked ? "rank" : "one-block", t_us, t_us / T);
+    }
     if (T == 1 && c.n_vis == 65536) {
       EXPECT_LT(us, 1000.0) << "decode at 262K context must score 65536 keys well under a millisecond";
     }
@@ -695,6 +731,30 @@ TEST(CudaIndexerPlan, PagedRunOffsetMatchesRecordOffset) {
             << "ratio " << ratio << ", entry " << e0 << " + " << j;
     }
   }
+}
+
+// The merge's rank path covers a row exactly when every merge block ranks at most
+// kRankKeysPerBlock keys (the kernel's counts live in 256 ints), and the launch's blocks per row
+// fall from 16 with the row count.
+TEST(CudaIndexerPlan, RankMergeBounds) {
+  EXPECT_EQ(merge_blocks_for(1), kMaxMergeBlocks);
+  EXPECT_EQ(merge_blocks_for(16), kMaxMergeBlocks);
+  EXPECT_EQ(merge_blocks_for(32), 8);
+  EXPECT_EQ(merge_blocks_for(64), 4);
+  EXPECT_EQ(merge_blocks_for(129), 1);
+  EXPECT_EQ(merge_blocks_for(2048), 1);
+  EXPECT_TRUE(rank_merge(1029, 16));  // the 4K benchmark's batch-1 rows
+  EXPECT_TRUE(rank_merge(2048, 16));
+  EXPECT_FALSE(rank_merge(2049, 16));
+  EXPECT_TRUE(rank_merge(1024, 8));
+  EXPECT_FALSE(rank_merge(1029, 8));
+  EXPECT_TRUE(rank_merge(0, 2));
+  EXPECT_FALSE(rank_merge(1, 1));  // one block: always the one-block merge
+  for (int mb = 2; mb <= kMaxMergeBlocks; ++mb)
+    for (int64_t n = 0; n <= 4096; ++n)
+      if (rank_merge(n, mb)) {
+        ASSERT_LE((n + mb - 1) / mb, kRankKeysPerBlock) << mb << " blocks, " << n << " keys";
+      }
 }
 
 // The select the kernels run (candidates.cuh), on the CPU: passes of radix_digit over 8-bit

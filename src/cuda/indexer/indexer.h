@@ -62,9 +62,10 @@ enum class IndexerSplitKernel { kAuto, kPerRow, kRows };
 // selected: i32 [n_tokens][topk], highest score first, -1 after the n_vis-th. Padding rows get -1.
 // qi prepared, w from indexer_weights; kv.index_keys / ratio / index_dim / index_key_bytes used.
 // max_splits > 0 caps the splits per row (tests and tuning sweeps; the result does not depend
-// on it).
+// on it). merge_blocks > 0 (at most 16) sets the merge's blocks per row, 1 turning its rank path
+// off (tests and A/B runs; 0: by the row count, the result the same).
 Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float* w, int n_heads,
                     const LayerKvView& kv, int topk, IndexerWorkspace& ws, int32_t* selected, cudaStream_t stream,
-                    int max_splits = 0, IndexerSplitKernel kernel = IndexerSplitKernel::kAuto);
+                    int max_splits = 0, IndexerSplitKernel kernel = IndexerSplitKernel::kAuto, int merge_blocks = 0);
 
 }  // namespace dsv4::cuda

@@ -8,10 +8,13 @@
 //          and more than kSortAllKeys keys.
 //          This is the decode kernel (at most kWideRows rows); wide launches (prefill chunks)
 //          run the multi-row kernel of indexer_rows.cu, which writes the same lists;
-//   merge: one block per row selects the global top-k from the splits' lists (only their valid
-//          entries). A row of at most kSortAllKeys candidates is sorted whole. Otherwise the
-//          lists' heads bound the k-th key from below: with the smallest c such that the
-//          lists' first min(c, count) keys number at least k, the least of those keys,
+//   merge: a row of at most kRankKeysPerBlock x R candidates (R = merge_blocks_for(rows): 16 up
+//          to 16 rows) is ranked by R blocks: each counts, for its share of the keys, the keys
+//          above it, which is the key's place in the output (topk_plan.h rank_merge); its splits
+//          skip their sorts. Any other row: one block selects the global top-k from the splits'
+//          lists (only their valid entries). A row of at most kSortAllKeys candidates is sorted
+//          whole. Otherwise the lists' heads bound the k-th key from below: with the smallest
+//          c such that the lists' first min(c, count) keys number at least k, the least of those keys,
 //          T, has at least k keys at or above it, so only keys >= T (each list's head, read up
 //          to the first key below T) can be selected: usually a few times k of the S x topk
 //          candidates. They are gathered into shared memory and radix-selected there (at most
@@ -224,9 +227,10 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
   }
 
   // Sorted lists are what the merge's bound search needs; a row of at most kSortAllKeys keys has
-  // no search (the merge sorts all of them), so its splits skip their sorts.
+  // no search (the merge sorts all of them), nor has a row the merge ranks (rank_merge), so their
+  // splits skip their sorts.
   write_split_list<kSplitCap / kSplitThreads, kMaxTopk / kSplitThreads>(
-      buf, g.topk, g.n_splits > 1 && n_vis > kSortAllKeys, s_hist, &s_sel, g.cand + slot * g.ws_topk, g.counts + slot,
+      buf, g.topk, g.n_splits > 1 && n_vis > kSortAllKeys && !rank_merge(n_vis, g.merge_blocks), s_hist, &s_sel, g.cand + slot * g.ws_topk, g.counts + slot,
       buf.keys + kMaxTopk);
 }
 
@@ -245,12 +249,16 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
   __shared__ uint64_t s_thr;
 
   pdl_wait();  // the split kernel's lists
-  const int t = blockIdx.x, tid = threadIdx.x;
+  const int t = blockIdx.x, part = blockIdx.y, tid = threadIdx.x;
   int32_t* out = g.selected + int64_t(t) * g.topk;
-  if (g.b.token_seq[t] < 0) {
-    for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = -1;
+  const int seq = g.b.token_seq[t];
+  if (seq < 0) {
+    if (part == 0)
+      for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = -1;
     return;
   }
+  const bool rank = rank_merge((int64_t(g.b.token_pos[t]) + 1) / g.ratio, g.merge_blocks);
+  if (!rank && part > 0) return;  // the one-block merge runs in block 0
   const int n_splits = g.n_splits;
   const int64_t slot0 = int64_t(t) * n_splits;
   if (tid < 32) {  // prefix offsets of the lists: lane l sums lists kPer l .. kPer l + kPer - 1
@@ -338,6 +346,39 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
     sort_keys_desc<kSortAllKeys / kMergeThreads>(s_keys, n, s_keys + kSortAllKeys);
     for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = i < k ? topk_key_index(s_keys[i]) : -1;
   };
+
+  // Rows the launch's merge_blocks blocks rank (contexts up to ~8K at batch 1): block `part` takes
+  // keys [part * per, +per) of the concatenation and counts, for each, the row's keys above it, in
+  // kMergeThreads / per slices of the row (shared-memory atomics sum the slices). Keys are unique,
+  // so the counts are the places 0 .. n_cand - 1: each of the first k is written by one block.
+  if (rank) {
+    int* s_rank = s_hist;  // per <= kRankKeysPerBlock <= 256 counts
+    static_assert(kRankKeysPerBlock <= 256 && kRankKeysPerBlock * kMaxMergeBlocks <= kMergeCap,
+                  "the rank path's counts live in s_hist, the row's keys in s_keys");
+    const int per = (n_cand + g.merge_blocks - 1) / g.merge_blocks;
+    const int i0 = part * per, cnt = std::min(per, n_cand - i0);
+    if (part == 0)
+      for (int i = k + tid; i < g.topk; i += kMergeThreads) out[i] = -1;
+    if (cnt <= 0) return;  // block-uniform
+    for (int j = tid; j < n_cand; j += kMergeThreads) s_keys[j] = entry(j);
+    if (tid < cnt) s_rank[tid] = 0;
+    __syncthreads();
+    const int slices = kMergeThreads / per, il = tid % per, slice = tid / per;
+    if (slice < slices && il < cnt) {
+      const uint64_t key = s_keys[i0 + il];
+      const int jb = slice * n_cand / slices, je = (slice + 1) * n_cand / slices;
+      int above = 0;
+#pragma unroll 4
+      for (int j = jb; j < je; ++j) above += s_keys[j] > key;
+      atomicAdd(&s_rank[il], above);
+    }
+    __syncthreads();
+    if (tid < cnt) {
+      const int place = s_rank[tid];
+      if (place < k) out[place] = topk_key_index(s_keys[i0 + tid]);
+    }
+    return;
+  }
 
   // Short rows (contexts up to ~4K): every candidate is in play, sorted whole (one per thread),
   // the first k taken. No bound search, no second round trip to the lists, and the splits did
@@ -471,8 +512,10 @@ Result<IndexerWorkspace> IndexerWorkspace::create(int max_tokens, int64_t max_po
 
 Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float* w, int n_heads,
                     const LayerKvView& kv, int topk, IndexerWorkspace& ws, int32_t* selected, cudaStream_t stream,
-                    int max_splits, IndexerSplitKernel kernel) {
+                    int max_splits, IndexerSplitKernel kernel, int merge_blocks) {
   if (max_splits < 0) return invalid_argument("indexer_topk: max_splits {} < 0", max_splits);
+  if (merge_blocks < 0 || merge_blocks > kMaxMergeBlocks)
+    return invalid_argument("indexer_topk: merge_blocks {} outside 0..{}", merge_blocks, kMaxMergeBlocks);
   if (b.n_tokens < 0 || b.n_tokens > ws.max_tokens())
     return invalid_argument("indexer_topk: n_tokens {} outside 0..{} (workspace size)", b.n_tokens, ws.max_tokens());
   if (n_heads < 16 || n_heads > kMaxHeads || n_heads % 16 != 0)
@@ -506,6 +549,7 @@ Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float
   g.topk = topk;
   g.n_splits = n_splits;
   g.min_split_keys = split_min_keys(b.n_tokens);
+  g.merge_blocks = merge_blocks > 0 ? merge_blocks : merge_blocks_for(b.n_tokens);
   g.ws_topk = ws.topk();
   g.cand = static_cast<uint64_t*>(ws.data());
   g.counts = reinterpret_cast<int32_t*>(static_cast<char*>(ws.data()) + slots * size_t(ws.topk()) * 8);
@@ -517,8 +561,8 @@ Status indexer_topk(const StepBatchView& b, const __nv_bfloat16* qi, const float
     DSV4_RETURN_IF_ERROR(launch_kernel(&indexer_split_kernel, dim3(unsigned(b.n_tokens), unsigned(n_splits)),
                                        dim3(kSplitThreads), 0, stream, pdl, g, "indexer_split_kernel"));
   }
-  return launch_kernel(&indexer_merge_kernel, dim3(unsigned(b.n_tokens)), dim3(kMergeThreads), 0, stream, pdl, g,
-                       "indexer_merge_kernel");
+  return launch_kernel(&indexer_merge_kernel, dim3(unsigned(b.n_tokens), unsigned(g.merge_blocks)), dim3(kMergeThreads),
+                       0, stream, pdl, g, "indexer_merge_kernel");
 }
 
 }  // namespace dsv4::cuda

@@ -21,6 +21,7 @@ struct TopkArgs {
   int ratio;
   int n_heads, topk, n_splits, ws_topk;
   int min_split_keys;       // split_min_keys(n_tokens)
+  int merge_blocks;         // merge blocks per row (merge_blocks_for; 1: no rank path)
   uint64_t* cand;           // u64 [T * n_splits][ws_topk]: each split's keys (sorted when n_splits > 1)
   int32_t* counts;          // i32 [T * n_splits]: keys each split kept
   int32_t* selected;        // i32 [T][topk]

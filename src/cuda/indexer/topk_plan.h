@@ -30,6 +30,15 @@ inline constexpr int kKeyBytes = kHeadDim / 2 + kHeadDim / 32;  // 68: [64 B e2m
 
 DSV4_TOPK_HD int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The merge's rank path: a decode row of at most kRankKeysPerBlock x R candidates is merged by R
+// blocks, each of which counts, for its share of the keys, how many of the row's keys are larger:
+// that count is the key's place in the output (keys are unique), so no sort and no selection is
+// needed, and the splits need not sort their lists. R is a launch value (merge_blocks_for) so a
+// captured graph stays valid; a row with more candidates takes the one-block merge.
+inline constexpr int kRankKeysPerBlock = 128;   // keys one merge block ranks at most
+inline constexpr int kRankTargetBlocks = 256;   // merge blocks a launch aims for over all its rows
+inline constexpr int kMaxMergeBlocks = 16;      // merge blocks per row
+
 // Splits per row of the workspace at max_tokens rows: enough that kWideRows decode rows each get
 // kMaxSplits, no more than the longest context needs.
 inline int workspace_splits(int max_tokens, int64_t max_entries) {
@@ -64,6 +73,19 @@ DSV4_TOPK_HD bool rows_kernel_for(int n_tokens) { return n_tokens > kWideRows; }
 // kernel or the per-row one.
 DSV4_TOPK_HD int topk_launch_splits(int n_tokens, int64_t slots, bool rows_kernel) {
   return rows_kernel ? rows_launch_splits(n_tokens, slots) : launch_splits(n_tokens, slots);
+}
+
+// Merge blocks per row of a launch with n_tokens rows (a host value): 16 for up to 16 rows, then
+// fewer, down to 1 (no rank path) past 128 rows.
+DSV4_TOPK_HD int merge_blocks_for(int n_tokens) {
+  const int r = kRankTargetBlocks / (n_tokens > 0 ? n_tokens : 1);
+  return r < 1 ? 1 : r > kMaxMergeBlocks ? kMaxMergeBlocks : r;
+}
+
+// Whether a row with n_vis visible keys is merged by ranking over merge_blocks blocks (its
+// candidates number at most n_vis). The split kernel asks the same question to skip its sort.
+DSV4_TOPK_HD bool rank_merge(int64_t n_vis, int merge_blocks) {
+  return merge_blocks > 1 && n_vis <= int64_t(kRankKeysPerBlock) * merge_blocks;
 }
 
 // Smallest split of a launch with n_tokens rows (a host value): decode-sized launches spread a
