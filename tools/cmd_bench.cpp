@@ -59,6 +59,7 @@ struct BenchArgs {
   std::string weights_l2 = "normal";     // normal | first: cuda::set_weights_evict_first, likewise
   int attention_head_groups = 0;         // GpuModelOptions::attention_head_groups
   std::string compressor_branch = "on";  // on | off: GpuModelOptions::compressor_branch
+  std::string query_branch = "off";      // off | csa | all: GpuModelOptions::query_branch
   std::string wo_a = "bf16";             // bf16 | fp8: GpuModelOptions::wo_a_fp8
   // The model's defaults, so that the bench measures what a server runs.
   int l2_prefetch_mb = gpu::GpuModelOptions{}.l2_prefetch_mb;
@@ -318,6 +319,9 @@ int run_bench(const BenchArgs& a) {
   o.dense_decode = a.dense_decode;
   o.attention_head_groups = a.attention_head_groups;
   o.compressor_branch = a.compressor_branch == "on";
+  o.query_branch = a.query_branch == "csa"   ? gpu::QueryBranch::kCsa
+                   : a.query_branch == "all" ? gpu::QueryBranch::kCompressed
+                                             : gpu::QueryBranch::kOff;
   o.wo_a_fp8 = a.wo_a == "fp8";
   o.l2_prefetch_mb = a.l2_prefetch_mb;
   o.l2_prefetch_early = a.l2_prefetch_from == "layer";
@@ -335,11 +339,11 @@ int run_bench(const BenchArgs& a) {
   // The peak from the memory clock and bus width (what dense_tc sizes its ring by; 0: unreported).
   auto dev = cuda::current_device_info();
   const double peak_gbs = dev.is_ok() ? (*dev)->mem_peak_bytes_per_s / 1e9 : 0.0;
-  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s (peak {:.0f}), pdl {}, weights L2 {}, attention head groups {}, compressor branch {}, wo_a {} ({} layers in fp8), l2 prefetch {} MB from {}\n",
+  fmt::print("bench: {} ({} layers, vocab {}), {} on {}, load {:.1f} s, copy bandwidth {:.0f} GB/s (peak {:.0f}), pdl {}, weights L2 {}, attention head groups {}, compressor branch {}, query branch {}, wo_a {} ({} layers in fp8), l2 prefetch {} MB from {}\n",
              a.model.empty() ? "synthetic flash" : a.model, cfg->n_layers, cfg->vocab_size,
              fmt::format("{:.1f} GiB", double(m.device_bytes()) / 1073741824.0), prop.name, load_s, *bw, peak_gbs, a.pdl, a.weights_l2,
              a.attention_head_groups == 0 ? std::string("auto") : std::to_string(a.attention_head_groups),
-             a.compressor_branch, a.wo_a, m.fp8_linears(), a.l2_prefetch_mb, a.l2_prefetch_from);
+             a.compressor_branch, a.query_branch, a.wo_a, m.fp8_linears(), a.l2_prefetch_mb, a.l2_prefetch_from);
   if (!m.fp8_refused().empty()) fmt::print("bench: {}\n", m.fp8_refused());
   fmt::print("bench: device bytes {:.2f} GB, estimated {:.2f} GB (weights {:.2f}, KV {:.2f}, activations {:.2f}; "
              "gpu/memory_estimate.h)\n",
@@ -367,6 +371,7 @@ int run_bench(const BenchArgs& a) {
   out["weights_l2"] = a.weights_l2;
   out["attention_head_groups"] = a.attention_head_groups;
   out["compressor_branch"] = a.compressor_branch;
+  out["query_branch"] = a.query_branch;
   out["wo_a"] = a.wo_a;
   out["wo_a_fp8_layers"] = m.fp8_linears();
   out["l2_prefetch_mb"] = a.l2_prefetch_mb;
@@ -552,6 +557,11 @@ void register_bench(CLI::App& app, int& exit_code, const std::string& argv) {
                   "on | off: the compressor projections and emits on a second stream beside the query path "
                   "(off: one stream, for A/B runs)")
       ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--query-branch", a->query_branch,
+                  "off | csa | all: in decode steps without the compressor branch (1..4 rows), wq_b and the query "
+                  "heads' norm + RoPE on the side stream beside the indexer chain (csa: CSA layers; all: HCA too)")
+      ->check(CLI::IsMember({"off", "csa", "all"}))
       ->capture_default_str();
   cmd->add_option("--wo-a", a->wo_a,
                   "bf16 | fp8: each layer's wo_a as stored (bf16) or in the lossless fp8 form where its values "

@@ -178,6 +178,29 @@ Status ForwardPass::fork_compress(int l, const cuda::StepBatchView& b) const {
   return Status::ok();
 }
 
+Status ForwardPass::fork_query(int l, const cuda::StepBatchView& b) const {
+  const LayerDeviceWeights& L = w_.layers[size_t(l)];
+  const ModelConfig& c = cfg_;
+  const int T = b.n_tokens, H = c.n_heads, d = c.head_dim;
+  DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaEventRecord(side_.fork, stream_), "cudaEventRecord (query fork)"));
+  DSV4_RETURN_IF_ERROR(
+      cuda::cuda_status(cudaStreamWaitEvent(side_.stream, side_.fork, 0), "cudaStreamWaitEvent (query fork)"));
+  const Status st = [&]() -> Status {
+    cuda::W4A16GemmArgs g;
+    g.x = a_.qkv;
+    g.ldx = c.q_lora_rank + d;
+    g.m = T;
+    g.w = L.wq_b;
+    g.y = a_.q;
+    g.ldy = int64_t(H) * d;
+    DSV4_RETURN_IF_ERROR(cuda::w4a16_gemm(g, ws_.side_w4a16.view(), side_.stream).with_context("wq_b (query branch)"));
+    return cuda::q_norm_rope(a_.q, T, H, d, c.rope_dim, b.token_pos, L.inv_freq, float(c.norm_eps), side_.stream);
+  }();
+  // Recorded even after an error: the caller's join then waits for what was launched.
+  DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaEventRecord(side_.join, side_.stream), "cudaEventRecord (query join)"));
+  return st;
+}
+
 Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* trace,
                               cuda::SplitSumView* y_split) const {
   const LayerDeviceWeights& L = w_.layers[size_t(l)];
@@ -194,9 +217,16 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   // before it, the fork and join cost more than the branch hides (batch 1: 3.12 -> 3.17 ms), so
   // those stay on one stream (bench/results/forward_h200.md). Profiled steps keep one stream, so
   // that each category's events time only its own launches.
-  const bool branch = compressed && side_.stream != nullptr && prof_ == nullptr &&
+  const bool branch = compressed && compressor_branch_ && side_.stream != nullptr && prof_ == nullptr &&
                       ws_.blas.f32_out_on_cublas(a_.x, D, T, L.wproj, L.proj.n, D, a_.proj, L.proj.n);
   if (branch) DSV4_RETURN_IF_ERROR(fork_compress(l, b));
+  // The query branch (GpuModelOptions::query_branch) takes the side stream where the compressor
+  // branch does not; forked after the q norm, joined before attention.
+  const bool query_fork = !branch && side_.stream != nullptr && prof_ == nullptr &&
+                          (query_branch_ == QueryBranch::kCompressed ? compressed
+                           : query_branch_ == QueryBranch::kCsa      ? csa
+                                                                     : false);
+  bool query_forked = false;
 
   // The query path, beside the branch; once forked, the model's stream joins the branch whatever
   // it returns (the step's caller synchronizes only the model's stream, and the next step rewrites
@@ -218,13 +248,19 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     // in the main compressor's emit launch on HCA layers measured no gain (the cuBLAS projection
     // between them is launched without PDL; bench/results/forward_h200.md).
     mark(StepCategory::kW4A16Linear);
-    DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
+    if (query_fork) {
+      query_forked = true;  // from here on the model's stream joins the branch, whatever it returns
+      DSV4_RETURN_IF_ERROR(fork_query(l, b));
+    } else {
+      DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
+    }
     // wo_a's weights into L2 while the attention chain (latency-bound kernels) keeps DRAM idle:
     // forked after wq_b, the last weight stream before wo_a's (A/B runs; by default the fork is
     // at the layer's start, above, whose longer window measured faster).
     if (!prefetch_.early && prefetching(T)) DSV4_RETURN_IF_ERROR(fork_prefetch(l));
     mark(StepCategory::kMhcNorm);
-    if (!csa) DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));
+    if (!csa && !query_forked)
+      DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));
     if (compressed && !branch) DSV4_RETURN_IF_ERROR(compress(l, b, stream_, ws_.blas));
     if (csa) {
       mark(StepCategory::kW4A16Linear);
@@ -233,6 +269,18 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     return Status::ok();
   };
   const Status query_st = query_path();
+  // The query branch joins before attention, its first reader (and on every return before it).
+  struct QueryJoin {
+    const ForwardPass* fp;
+    bool armed;
+    ~QueryJoin() {
+      if (armed) cudaStreamWaitEvent(fp->stream_, fp->side_.join, 0);
+    }
+    Status join() {
+      armed = false;
+      return cuda::cuda_status(cudaStreamWaitEvent(fp->stream_, fp->side_.join, 0), "cudaStreamWaitEvent (query join)");
+    }
+  } query_join{this, query_forked};
   // The branch joins before the first reader of the projections and the compressed entries.
   if (branch) {
     const cudaError_t joined = cudaStreamWaitEvent(stream_, side_.join, 0);
@@ -254,7 +302,7 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     qn.eps = eps;
     const ProjColumns& pc = L.proj;
     DSV4_RETURN_IF_ERROR(cuda::indexer_prepare(a_.qi, T, nI, dI, r, b.token_pos, L.inv_freq, a_.proj + pc.idx_w, pc.n,
-                                               scale, a_.wi, stream_, &qn));
+                                               scale, a_.wi, stream_, query_forked ? nullptr : &qn));
     DSV4_RETURN_IF_ERROR(
         cuda::indexer_topk(b, a_.qi, a_.wi, nI, kv.view, c.index_topk, ws_.indexer, a_.selected, stream_));
     if (trace)
@@ -271,6 +319,7 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   ap.topk = c.index_topk;
   ap.head_groups = attention_head_groups_;
   mark(StepCategory::kAttention);
+  if (query_forked) DSV4_RETURN_IF_ERROR(query_join.join());
   DSV4_RETURN_IF_ERROR(
       cuda::sparse_attention(b, a_.q, kv.view, csa ? a_.selected : nullptr, ap, ws_.attention, a_.o, stream_));
 

@@ -21,6 +21,7 @@
 #include "cuda/w4a16/w4a16.h"
 #include "gpu/blas.h"
 #include "gpu/device_weights.h"
+#include "gpu/gpu_model.h"
 #include "gpu/kv_state.h"
 #include "gpu/profiler.h"
 #include "model/config.h"
@@ -53,6 +54,9 @@ struct Workspaces {
   cuda::AttentionWorkspace attention;
   Blas blas;       // on the model's stream
   Blas side_blas;  // on SideStream::stream, with a workspace of its own (initialized with the side stream)
+  // Split-K scratch of the W4A16 GEMMs on the side stream (the query branch's wq_b), which may run
+  // beside the model stream's (a workspace serves one GEMM at a time); empty when the branch is off.
+  cuda::W4A16Workspace side_w4a16;
   // bf16 [o_groups * o_lora, H*d / o_groups]: an fp8-form wo_a as bf16 for steps past the decode
   // kernels' rows (null when no layer has one or no step has that many rows).
   __nv_bfloat16* wo_a_bf16 = nullptr;
@@ -66,6 +70,8 @@ struct Workspaces {
 //    depend only on the layer's input x and that only the layer's indexer and attention read (the
 //    compressor/indexer projections and the compressors' emits), beside the query path (wqkv, its
 //    norms, wq_b, the indexer's wq_b), joined before their first reader;
+//    In steps without that branch the same stream may carry the query branch
+//    (GpuModelOptions::query_branch): wq_b and the heads' norm + RoPE, beside the indexer chain;
 //  - the weight prefetch (GpuModelOptions::l2_prefetch_mb): L2 prefetches of each layer's wo_a,
 //    forked at the layer's start (or after wq_b) so that DRAM reads them while the layer's
 //    latency-bound kernels run; they change no value, so one join at the end of the layers
@@ -94,11 +100,12 @@ struct TraceSink {
 class ForwardPass {
  public:
   // attention_head_groups: GpuModelOptions::attention_head_groups (0: the plan picks). side: the
-  // compressor branch's stream (null stream: off); ws.side_blas must then be bound to it.
-  // prefetch: the weight prefetch branch (off by default).
+  // side stream (null stream: no branch); ws.side_blas must then be bound to it, and
+  // ws.side_w4a16 created where query_branch is on. compressor_branch: whether the compressor
+  // branch uses it. prefetch: the weight prefetch branch (off by default).
   ForwardPass(const ModelConfig& cfg, const DeviceModelWeights& w, const KvState& kv, const Activations& a,
               Workspaces& ws, cudaStream_t stream, int attention_head_groups = 0, SideStream side = {},
-              WeightPrefetch prefetch = {})
+              WeightPrefetch prefetch = {}, QueryBranch query_branch = QueryBranch::kOff, bool compressor_branch = true)
       : cfg_(cfg),
         w_(w),
         kv_(kv),
@@ -107,7 +114,9 @@ class ForwardPass {
         stream_(stream),
         attention_head_groups_(attention_head_groups),
         side_(side),
-        prefetch_(prefetch) {}
+        prefetch_(prefetch),
+        query_branch_(query_branch),
+        compressor_branch_(compressor_branch) {}
 
   // Embedding, then every layer. b: the step on the device (step_batch.h).
   Status layers(const cuda::StepBatchView& b, TraceSink* trace) const;
@@ -138,6 +147,9 @@ class ForwardPass {
   // which the next kernel adds: common/deferred_sum.h); null: w4a16_gemm.
   Status gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda::W4A16Weight& w, __nv_bfloat16* y,
               int64_t ldy, cuda::SplitSumView* deferred = nullptr) const;
+  // Forks wq_b (q = bf16(qa wq_b^T)) and the heads' norm + RoPE of layer l onto the side stream
+  // (the query branch); the caller joins (side_.join) before attention, after an error too.
+  Status fork_query(int l, const cuda::StepBatchView& b) const;
 
   const ModelConfig& cfg_;
   const DeviceModelWeights& w_;
@@ -148,6 +160,8 @@ class ForwardPass {
   int attention_head_groups_ = 0;
   SideStream side_;
   WeightPrefetch prefetch_;
+  QueryBranch query_branch_ = QueryBranch::kOff;
+  bool compressor_branch_ = true;
   StepProfiler* prof_ = nullptr;
   mutable int prefetch_forks_ = 0;  // forks of the step so far (layers() joins them)
 };

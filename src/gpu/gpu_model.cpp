@@ -31,7 +31,8 @@ constexpr int kMaxStepTokens = 8192;                       // the W4A16 GEMM's M
 constexpr int kMinLogitRows = 64;                          // head chunk of all_rows steps (logits f32 [64, vocab])
 
 // The model's stream and the event that says the step inputs have left the pinned staging area;
-// the compressor branch's stream and events (GpuModelOptions::compressor_branch; null when off).
+// the side stream and its events (GpuModelOptions::compressor_branch, query_branch; null when both
+// are off).
 // Declared first in Impl, so it outlives every member that still refers to the streams.
 struct StreamOwner {
   cudaStream_t stream = nullptr;
@@ -243,6 +244,13 @@ struct GpuModel::Impl {
     const bool woa = dd.find("woa") != std::string::npos, proj = dd.find("proj") != std::string::npos;
     DSV4_RETURN_IF_ERROR(ws.blas.init(so.stream, blas_ws, kBlasWorkspaceBytes, woa, proj));
     if (so.side.stream == nullptr) return Status::ok();
+    if (opts.query_branch != QueryBranch::kOff) {
+      // wq_b alone at 1..4 rows: a few MB of split-K partials at most.
+      constexpr size_t kSidePartialBytes = size_t(8) << 20;
+      constexpr int kSideCounters = 1 << 12;
+      DSV4_ASSIGN_OR_RETURN(ws.side_w4a16, cuda::W4A16Workspace::create(kSidePartialBytes, kSideCounters));
+      arena.account(kSidePartialBytes + size_t(kSideCounters) * 4, cat);
+    }
     // The branch's projections run on cuBLAS (more than 4 rows). No cuBLAS call on the model's
     // stream falls between fork and join today, but a handle and workspace of its own keep that
     // from being an ordering rule every later change would have to respect (32 MB).
@@ -323,9 +331,9 @@ struct GpuModel::Impl {
         cuda_status(cudaEventCreateWithFlags(&so.staging_free, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
     const bool any_compressed = std::any_of(cfg.layers.begin(), cfg.layers.end(),
                                             [](const LayerSpec& l) { return l.attn != AttnType::kSliding; });
-    if (opts.compressor_branch && any_compressed) {
+    if ((opts.compressor_branch || opts.query_branch != QueryBranch::kOff) && any_compressed) {
       DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&so.side.stream, cudaStreamNonBlocking),
-                                       "cudaStreamCreateWithFlags (compressor branch)"));
+                                       "cudaStreamCreateWithFlags (side stream)"));
       for (cudaEvent_t* e : {&so.side.fork, &so.side.join})
         DSV4_RETURN_IF_ERROR(
             cuda_status(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreateWithFlags (branch)"));
@@ -348,7 +356,8 @@ struct GpuModel::Impl {
     slot_next_pos.assign(size_t(opts.max_seqs), 0);
     const WeightPrefetch prefetch{.branch = so.prefetch, .wo_a_bytes = int64_t(opts.l2_prefetch_mb) << 20,
                                   .early = opts.l2_prefetch_early};
-    pass = std::make_unique<ForwardPass>(cfg, w, kv, act, ws, so.stream, opts.attention_head_groups, so.side, prefetch);
+    pass = std::make_unique<ForwardPass>(cfg, w, kv, act, ws, so.stream, opts.attention_head_groups, so.side, prefetch,
+                                         opts.query_branch, opts.compressor_branch);
     DSV4_RETURN_IF_ERROR(prof.init());
     // The whole device, not only the model's stream: zeroed buffers (DeviceBuffer::create) are
     // cleared on the legacy default stream, which the model's non-blocking streams do not wait for.
@@ -468,9 +477,15 @@ struct GpuModel::Impl {
                           opts.l2_prefetch_early ? "at the layer's start" : "after wq_b", WeightPrefetch::kMaxRows)
         : opts.l2_prefetch_mb == 0 ? std::string("off")
                                    : std::string("off (the bulk L2 prefetch needs SM90)");
-    m.push_back(fmt::format("gpu side streams: compressor branch {}; L2 prefetch {}",
-                            so.side.stream != nullptr ? "on (steps whose compressor projections run on cuBLAS)" : "off",
-                            prefetch));
+    const char* query = so.side.stream == nullptr                       ? "off"
+                        : opts.query_branch == QueryBranch::kCsa        ? "on for CSA layers (steps without the compressor branch)"
+                        : opts.query_branch == QueryBranch::kCompressed ? "on for CSA and HCA layers (steps without the compressor branch)"
+                                                                        : "off";
+    m.push_back(fmt::format("gpu side streams: compressor branch {}; query branch {}; L2 prefetch {}",
+                            so.side.stream != nullptr && opts.compressor_branch
+                                ? "on (steps whose compressor projections run on cuBLAS)"
+                                : "off",
+                            query, prefetch));
     std::string g;
     for (const Graph& x : graphs) g += (g.empty() ? "" : ", ") + std::to_string(x.batch);
     m.push_back(g.empty() ? std::string("gpu CUDA graphs: none (every step eager)")

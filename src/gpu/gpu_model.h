@@ -20,6 +20,13 @@
 
 namespace dsv4::gpu {
 
+// Where a decode step's query projection runs (GpuModelOptions::query_branch).
+enum class QueryBranch {
+  kOff,         // on the model's stream, in the reference's order
+  kCsa,         // CSA layers: wq_b and the query heads' norm + RoPE on the side stream
+  kCompressed,  // CSA and HCA layers
+};
+
 struct GpuModelOptions {
   int max_seqs = 64;               // state slots (window rings, compressor state); slot ids < this
   int max_tokens_per_step = 2048;  // rows of the largest step (prefill chunk budget)
@@ -41,6 +48,14 @@ struct GpuModelOptions {
   // others). false: one stream, the launches in the reference's order (A/B runs: `dsv4 bench
   // --compressor-branch off`). Profiled eager steps always run on one stream.
   bool compressor_branch = true;
+  // In steps where the compressor branch does not run (decode batches of 1..4), a CSA layer's
+  // chain from the q norm to attention is wq_b, the compressor projections and emits, the
+  // indexer's wq_b, prep, scores and merge, one after another on one stream; only the indexer's
+  // part depends on the others. The query branch forks wq_b and the heads' norm + RoPE onto the
+  // side stream after the q norm and joins them before attention, so the indexer chain starts at
+  // once (kCompressed: HCA layers too, beside the compress launches). Same values either way.
+  // For A/B runs (`dsv4 bench --query-branch off|csa|all`).
+  QueryBranch query_branch = QueryBranch::kOff;
   // Each layer's wo_a (8 x 1024 x 4096, bf16 in the W4A16 checkpoints, FP8 at the source) in the
   // lossless fp8 form (gpu/device_weights.h) where every value allows it: half its bytes. Decode
   // batches run the dense decode kernels on it, larger steps a bf16 copy made per layer into a

@@ -586,6 +586,38 @@ TEST(GpuModel, CompressorBranchEqualsOneStream) {
   EXPECT_EQ((*loaded)->allocations_after_load(), 0);
 }
 
+// (4b') The query branch (GpuModelOptions::query_branch, off in the shared model) moves wq_b and
+// the query heads' norm + RoPE to the side stream in steps without the compressor branch (decode
+// of 1 sequence here, graph and eager); it must not change a bit, for either mode, with the
+// compressor branch on (the 8-row steps take it instead) or off (the side stream then serves the
+// query branch alone), and the manifest says which layers fork.
+TEST(GpuModel, QueryBranchEqualsOneStream) {
+  DSV4_SKIP_WITHOUT_GPU();
+  DSV4_GET_SHARED(s);
+  ASSERT_EQ(s.gpu->options().query_branch, QueryBranch::kOff);
+  EXPECT_TRUE(manifest_has(*s.gpu, "query branch off"));
+  struct Case {
+    QueryBranch mode;
+    bool compressor_branch;
+    const char* manifest;
+  };
+  for (const Case& c : {Case{QueryBranch::kCsa, true, "query branch on for CSA layers"},
+                        Case{QueryBranch::kCompressed, true, "query branch on for CSA and HCA layers"},
+                        Case{QueryBranch::kCompressed, false, "query branch on for CSA and HCA layers"}}) {
+    SCOPED_TRACE(fmt::format("{}, compressor branch {}", c.manifest, c.compressor_branch ? "on" : "off"));
+    GpuModelOptions o = test_options();
+    o.graph_batch_sizes = {1, 8};
+    o.compressor_branch = c.compressor_branch;
+    o.query_branch = c.mode;
+    Result<std::unique_ptr<GpuModel>> loaded = GpuModel::load(s.cfg, *s.w, o);
+    DSV4_ASSERT_OK(loaded.status());
+    expect_same_steps(**loaded, *s.gpu);
+    EXPECT_EQ((*loaded)->allocations_after_load(), 0);
+    EXPECT_TRUE(manifest_has(**loaded, c.manifest));
+    EXPECT_EQ(manifest_has(**loaded, "compressor branch on"), c.compressor_branch);
+  }
+}
+
 // (4c) The weight prefetch (GpuModelOptions::l2_prefetch_mb: 16 MB forked at the layer's start
 // in the shared model, the default) asks L2 for each layer's wo_a from a third stream in steps of
 // 1..4 rows: a hint, so the same bits for every step without it and with it forked after wq_b
