@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # query_branch_call.sh: GpuModelOptions::query_branch measured (branch wip/query-branch). In decode
 # batches of 1..4 a CSA layer runs wq_b, the compressor projections and emits, the indexer's wq_b,
-# prep, scores and merge on one stream; the query branch forks wq_b and the heads' norm + RoPE
-# onto the side stream (csa: CSA layers, all: HCA too), so the indexer chain starts after the q norm.
+# prep, scores and merge on one stream; the query branch runs the compress launches on the side
+# stream from the layer's start and, on CSA layers, wq_b and the heads' norm + RoPE there after the
+# q norm (all: HCA layers' compress launches too), so the indexer chain starts after the q norm.
 # Steps: the equality tests, three alternated rounds of the 20-layer 4K ladder at batches 1, 2, 4
 # (main 4787da7 = dsv4_rk against dsv4_qb --query-branch csa and all), then traced ladders of both
 # modes with the layer listing.

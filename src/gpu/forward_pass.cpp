@@ -182,9 +182,9 @@ Status ForwardPass::fork_query(int l, const cuda::StepBatchView& b) const {
   const LayerDeviceWeights& L = w_.layers[size_t(l)];
   const ModelConfig& c = cfg_;
   const int T = b.n_tokens, H = c.n_heads, d = c.head_dim;
-  DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaEventRecord(side_.fork, stream_), "cudaEventRecord (query fork)"));
+  DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaEventRecord(side_.query_fork, stream_), "cudaEventRecord (query fork)"));
   DSV4_RETURN_IF_ERROR(
-      cuda::cuda_status(cudaStreamWaitEvent(side_.stream, side_.fork, 0), "cudaStreamWaitEvent (query fork)"));
+      cuda::cuda_status(cudaStreamWaitEvent(side_.stream, side_.query_fork, 0), "cudaStreamWaitEvent (query fork)"));
   const Status st = [&]() -> Status {
     cuda::W4A16GemmArgs g;
     g.x = a_.qkv;
@@ -197,7 +197,8 @@ Status ForwardPass::fork_query(int l, const cuda::StepBatchView& b) const {
     return cuda::q_norm_rope(a_.q, T, H, d, c.rope_dim, b.token_pos, L.inv_freq, float(c.norm_eps), side_.stream);
   }();
   // Recorded even after an error: the caller's join then waits for what was launched.
-  DSV4_RETURN_IF_ERROR(cuda::cuda_status(cudaEventRecord(side_.join, side_.stream), "cudaEventRecord (query join)"));
+  DSV4_RETURN_IF_ERROR(
+      cuda::cuda_status(cudaEventRecord(side_.query_join, side_.stream), "cudaEventRecord (query join)"));
   return st;
 }
 
@@ -221,12 +222,14 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
                       ws_.blas.f32_out_on_cublas(a_.x, D, T, L.wproj, L.proj.n, D, a_.proj, L.proj.n);
   if (branch) DSV4_RETURN_IF_ERROR(fork_compress(l, b));
   // The query branch (GpuModelOptions::query_branch) takes the side stream where the compressor
-  // branch does not; forked after the q norm, joined before attention.
-  const bool query_fork = !branch && side_.stream != nullptr && prof_ == nullptr &&
-                          (query_branch_ == QueryBranch::kCompressed ? compressed
-                           : query_branch_ == QueryBranch::kCsa      ? csa
-                                                                     : false);
-  bool query_forked = false;
+  // branch does not: the compress launches forked at the layer's start (CSA layers; HCA layers
+  // too with kCompressed), joined before the indexer's prep (or attention); on CSA layers wq_b
+  // and the heads' norm + RoPE forked after the q norm, joined before attention.
+  const bool side_free = !branch && side_.stream != nullptr && side_.query_fork != nullptr && prof_ == nullptr;
+  const bool compress_fork =
+      side_free && (csa || (compressed && query_branch_ == QueryBranch::kCompressed)) && query_branch_ != QueryBranch::kOff;
+  const bool query_fork = side_free && csa && query_branch_ != QueryBranch::kOff;
+  bool compress_forked = false, query_forked = false;
 
   // The query path, beside the branch; once forked, the model's stream joins the branch whatever
   // it returns (the step's caller synchronizes only the model's stream, and the next step rewrites
@@ -236,6 +239,10 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     // query and KV projections in one GEMM: qkv = [bf16(x wq_a^T) | bf16(x wkv^T)]
     mark(StepCategory::kW4A16Linear);
     if (prefetch_.early && prefetching(T)) DSV4_RETURN_IF_ERROR(fork_prefetch(l));
+    if (compress_fork) {
+      compress_forked = true;  // from here on the model's stream joins the branch, whatever it returns
+      DSV4_RETURN_IF_ERROR(fork_compress(l, b));
+    }
     DSV4_RETURN_IF_ERROR(gemm(a_.x, D, T, L.wqkv, a_.qkv, ld_qkv));
     mark(StepCategory::kMhcNorm);
     // qa = bf16(rmsnorm(qa, q_norm)); kv -> kv_norm, rope, fp8 nope -> 584-byte records in the chunk
@@ -261,7 +268,7 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     mark(StepCategory::kMhcNorm);
     if (!csa && !query_forked)
       DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));
-    if (compressed && !branch) DSV4_RETURN_IF_ERROR(compress(l, b, stream_, ws_.blas));
+    if (compressed && !branch && !compress_forked) DSV4_RETURN_IF_ERROR(compress(l, b, stream_, ws_.blas));
     if (csa) {
       mark(StepCategory::kW4A16Linear);
       DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.idx_wq_b, a_.qi, int64_t(nI) * dI));
@@ -274,15 +281,16 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     const ForwardPass* fp;
     bool armed;
     ~QueryJoin() {
-      if (armed) cudaStreamWaitEvent(fp->stream_, fp->side_.join, 0);
+      if (armed) cudaStreamWaitEvent(fp->stream_, fp->side_.query_join, 0);
     }
     Status join() {
       armed = false;
-      return cuda::cuda_status(cudaStreamWaitEvent(fp->stream_, fp->side_.join, 0), "cudaStreamWaitEvent (query join)");
+      return cuda::cuda_status(cudaStreamWaitEvent(fp->stream_, fp->side_.query_join, 0),
+                               "cudaStreamWaitEvent (query join)");
     }
   } query_join{this, query_forked};
   // The branch joins before the first reader of the projections and the compressed entries.
-  if (branch) {
+  if (branch || compress_forked) {
     const cudaError_t joined = cudaStreamWaitEvent(stream_, side_.join, 0);
     DSV4_RETURN_IF_ERROR(query_st);
     DSV4_RETURN_IF_ERROR(cuda::cuda_status(joined, "cudaStreamWaitEvent (join)"));

@@ -79,6 +79,9 @@ struct Workspaces {
 struct SideStream {
   cudaStream_t stream = nullptr;  // null: off
   cudaEvent_t fork = nullptr, join = nullptr;
+  // The query branch's second fork and join on the same stream (the compress launches use the
+  // first pair); null where the branch is off.
+  cudaEvent_t query_fork = nullptr, query_join = nullptr;
 };
 
 // The weight prefetch branch and its budget: bytes of each layer's bf16 wo_a asked for (the same
@@ -148,7 +151,7 @@ class ForwardPass {
   Status gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda::W4A16Weight& w, __nv_bfloat16* y,
               int64_t ldy, cuda::SplitSumView* deferred = nullptr) const;
   // Forks wq_b (q = bf16(qa wq_b^T)) and the heads' norm + RoPE of layer l onto the side stream
-  // (the query branch); the caller joins (side_.join) before attention, after an error too.
+  // (the query branch); the caller joins (side_.query_join) before attention, after an error too.
   Status fork_query(int l, const cuda::StepBatchView& b) const;
 
   const ModelConfig& cfg_;

@@ -41,6 +41,8 @@ struct StreamOwner {
   SideStream prefetch;  // the weight prefetch branch (GpuModelOptions::l2_prefetch_mb; null when off)
   ~StreamOwner() {
     for (SideStream* b : {&prefetch, &side}) {
+      if (b->query_join) cudaEventDestroy(b->query_join);
+      if (b->query_fork) cudaEventDestroy(b->query_fork);
       if (b->join) cudaEventDestroy(b->join);
       if (b->fork) cudaEventDestroy(b->fork);
       if (b->stream) cudaStreamDestroy(b->stream);
@@ -337,6 +339,10 @@ struct GpuModel::Impl {
       for (cudaEvent_t* e : {&so.side.fork, &so.side.join})
         DSV4_RETURN_IF_ERROR(
             cuda_status(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreateWithFlags (branch)"));
+      if (opts.query_branch != QueryBranch::kOff)
+        for (cudaEvent_t* e : {&so.side.query_fork, &so.side.query_join})
+          DSV4_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(e, cudaEventDisableTiming),
+                                           "cudaEventCreateWithFlags (query branch)"));
     }
 
     DSV4_RETURN_IF_ERROR(create_prefetch_branch());
@@ -478,9 +484,13 @@ struct GpuModel::Impl {
         : opts.l2_prefetch_mb == 0 ? std::string("off")
                                    : std::string("off (the bulk L2 prefetch needs SM90)");
     const char* query = so.side.stream == nullptr                       ? "off"
-                        : opts.query_branch == QueryBranch::kCsa        ? "on for CSA layers (steps without the compressor branch)"
-                        : opts.query_branch == QueryBranch::kCompressed ? "on for CSA and HCA layers (steps without the compressor branch)"
-                                                                        : "off";
+                        : opts.query_branch == QueryBranch::kCsa
+                            ? "on for CSA layers (steps without the compressor branch: compress at the layer's start, "
+                              "wq_b after the q norm)"
+                        : opts.query_branch == QueryBranch::kCompressed
+                            ? "on for CSA and HCA layers (steps without the compressor branch: compress at the layer's "
+                              "start, CSA layers' wq_b after the q norm)"
+                            : "off";
     m.push_back(fmt::format("gpu side streams: compressor branch {}; query branch {}; L2 prefetch {}",
                             so.side.stream != nullptr && opts.compressor_branch
                                 ? "on (steps whose compressor projections run on cuBLAS)"

@@ -51,10 +51,11 @@ struct GpuModelOptions {
   // In steps where the compressor branch does not run (decode batches of 1..4), a CSA layer's
   // chain from the q norm to attention is wq_b, the compressor projections and emits, the
   // indexer's wq_b, prep, scores and merge, one after another on one stream; only the indexer's
-  // part depends on the others. The query branch forks wq_b and the heads' norm + RoPE onto the
-  // side stream after the q norm and joins them before attention, so the indexer chain starts at
-  // once (kCompressed: HCA layers too, beside the compress launches). Same values either way.
-  // For A/B runs (`dsv4 bench --query-branch off|csa|all`).
+  // part depends on the others. The query branch puts the compress launches (which read only x)
+  // on the side stream at the layer's start, beside wqkv and the q norm, then wq_b and the heads'
+  // norm + RoPE after the q norm, so the indexer chain starts at once; joined before the prep and
+  // before attention. kCompressed: HCA layers' compress launches too (their wq_b stays). Same
+  // values either way. For A/B runs (`dsv4 bench --query-branch off|csa|all`).
   QueryBranch query_branch = QueryBranch::kOff;
   // Each layer's wo_a (8 x 1024 x 4096, bf16 in the W4A16 checkpoints, FP8 at the source) in the
   // lossless fp8 form (gpu/device_weights.h) where every value allows it: half its bytes. Decode

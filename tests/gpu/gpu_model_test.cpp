@@ -586,9 +586,10 @@ TEST(GpuModel, CompressorBranchEqualsOneStream) {
   EXPECT_EQ((*loaded)->allocations_after_load(), 0);
 }
 
-// (4b') The query branch (GpuModelOptions::query_branch, off in the shared model) moves wq_b and
-// the query heads' norm + RoPE to the side stream in steps without the compressor branch (decode
-// of 1 sequence here, graph and eager); it must not change a bit, for either mode, with the
+// (4b') The query branch (GpuModelOptions::query_branch, off in the shared model) moves the
+// compress launches, wq_b and the query heads' norm + RoPE to the side stream in steps without
+// the compressor branch (decode of 1 sequence here, graph and eager); it must not change a bit,
+// for either mode, with the
 // compressor branch on (the 8-row steps take it instead) or off (the side stream then serves the
 // query branch alone), and the manifest says which layers fork.
 TEST(GpuModel, QueryBranchEqualsOneStream) {
