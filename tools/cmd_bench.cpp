@@ -59,7 +59,7 @@ struct BenchArgs {
   std::string weights_l2 = "normal";     // normal | first: cuda::set_weights_evict_first, likewise
   int attention_head_groups = 0;         // GpuModelOptions::attention_head_groups
   std::string compressor_branch = "on";  // on | off: GpuModelOptions::compressor_branch
-  std::string query_branch = "off";      // off | csa | all: GpuModelOptions::query_branch
+  std::string query_branch = "off";      // off | csa | csa-late: GpuModelOptions::query_branch
   std::string wo_a = "bf16";             // bf16 | fp8: GpuModelOptions::wo_a_fp8
   // The model's defaults, so that the bench measures what a server runs.
   int l2_prefetch_mb = gpu::GpuModelOptions{}.l2_prefetch_mb;
@@ -320,7 +320,7 @@ int run_bench(const BenchArgs& a) {
   o.attention_head_groups = a.attention_head_groups;
   o.compressor_branch = a.compressor_branch == "on";
   o.query_branch = a.query_branch == "csa"   ? gpu::QueryBranch::kCsa
-                   : a.query_branch == "all" ? gpu::QueryBranch::kCompressed
+                   : a.query_branch == "csa-late" ? gpu::QueryBranch::kCsaLate
                                              : gpu::QueryBranch::kOff;
   o.wo_a_fp8 = a.wo_a == "fp8";
   o.l2_prefetch_mb = a.l2_prefetch_mb;
@@ -559,9 +559,10 @@ void register_bench(CLI::App& app, int& exit_code, const std::string& argv) {
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--query-branch", a->query_branch,
-                  "off | csa | all: in decode steps without the compressor branch (1..4 rows), wq_b and the query "
-                  "heads' norm + RoPE on the side stream beside the indexer chain (csa: CSA layers; all: HCA too)")
-      ->check(CLI::IsMember({"off", "csa", "all"}))
+                  "off | csa | csa-late: in decode steps without the compressor branch (1..4 rows), a CSA layer's "
+                  "compress launches (from the layer's start, or after wqkv: csa-late), wq_b and the query heads' "
+                  "norm + RoPE on the side stream beside the indexer chain")
+      ->check(CLI::IsMember({"off", "csa", "csa-late"}))
       ->capture_default_str();
   cmd->add_option("--wo-a", a->wo_a,
                   "bf16 | fp8: each layer's wo_a as stored (bf16) or in the lossless fp8 form where its values "

@@ -222,13 +222,12 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
                       ws_.blas.f32_out_on_cublas(a_.x, D, T, L.wproj, L.proj.n, D, a_.proj, L.proj.n);
   if (branch) DSV4_RETURN_IF_ERROR(fork_compress(l, b));
   // The query branch (GpuModelOptions::query_branch) takes the side stream where the compressor
-  // branch does not: the compress launches forked at the layer's start (CSA layers; HCA layers
-  // too with kCompressed), joined before the indexer's prep (or attention); on CSA layers wq_b
-  // and the heads' norm + RoPE forked after the q norm, joined before attention.
+  // branch does not, on CSA layers: the compress launches forked at the layer's start (kCsaLate:
+  // after wqkv), joined before the indexer's prep; wq_b and the heads' norm + RoPE forked after
+  // the q norm, joined before attention.
   const bool side_free = !branch && side_.stream != nullptr && side_.query_fork != nullptr && prof_ == nullptr;
-  const bool compress_fork =
-      side_free && (csa || (compressed && query_branch_ == QueryBranch::kCompressed)) && query_branch_ != QueryBranch::kOff;
   const bool query_fork = side_free && csa && query_branch_ != QueryBranch::kOff;
+  const bool compress_late = query_branch_ == QueryBranch::kCsaLate;
   bool compress_forked = false, query_forked = false;
 
   // The query path, beside the branch; once forked, the model's stream joins the branch whatever
@@ -239,11 +238,13 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     // query and KV projections in one GEMM: qkv = [bf16(x wq_a^T) | bf16(x wkv^T)]
     mark(StepCategory::kW4A16Linear);
     if (prefetch_.early && prefetching(T)) DSV4_RETURN_IF_ERROR(fork_prefetch(l));
-    if (compress_fork) {
+    auto fork_compress_once = [&]() -> Status {
       compress_forked = true;  // from here on the model's stream joins the branch, whatever it returns
-      DSV4_RETURN_IF_ERROR(fork_compress(l, b));
-    }
+      return fork_compress(l, b);
+    };
+    if (query_fork && !compress_late) DSV4_RETURN_IF_ERROR(fork_compress_once());
     DSV4_RETURN_IF_ERROR(gemm(a_.x, D, T, L.wqkv, a_.qkv, ld_qkv));
+    if (query_fork && compress_late) DSV4_RETURN_IF_ERROR(fork_compress_once());
     mark(StepCategory::kMhcNorm);
     // qa = bf16(rmsnorm(qa, q_norm)); kv -> kv_norm, rope, fp8 nope -> 584-byte records in the chunk
     // Decode steps also copy the records into the window rings here (no window_save below).

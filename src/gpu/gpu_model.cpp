@@ -487,9 +487,9 @@ struct GpuModel::Impl {
                         : opts.query_branch == QueryBranch::kCsa
                             ? "on for CSA layers (steps without the compressor branch: compress at the layer's start, "
                               "wq_b after the q norm)"
-                        : opts.query_branch == QueryBranch::kCompressed
-                            ? "on for CSA and HCA layers (steps without the compressor branch: compress at the layer's "
-                              "start, CSA layers' wq_b after the q norm)"
+                        : opts.query_branch == QueryBranch::kCsaLate
+                            ? "on for CSA layers (steps without the compressor branch: compress after wqkv, wq_b "
+                              "after the q norm)"
                             : "off";
     m.push_back(fmt::format("gpu side streams: compressor branch {}; query branch {}; L2 prefetch {}",
                             so.side.stream != nullptr && opts.compressor_branch

@@ -23,8 +23,8 @@ namespace dsv4::gpu {
 // Where a decode step's query projection runs (GpuModelOptions::query_branch).
 enum class QueryBranch {
   kOff,         // on the model's stream, in the reference's order
-  kCsa,         // CSA layers: wq_b and the query heads' norm + RoPE on the side stream
-  kCompressed,  // CSA and HCA layers
+  kCsa,      // CSA layers: the compress launches on the side stream from the layer's start, then wq_b
+  kCsaLate,  // the same, the compress launches forked after wqkv (beside the q norm) instead
 };
 
 struct GpuModelOptions {
@@ -54,8 +54,9 @@ struct GpuModelOptions {
   // part depends on the others. The query branch puts the compress launches (which read only x)
   // on the side stream at the layer's start, beside wqkv and the q norm, then wq_b and the heads'
   // norm + RoPE after the q norm, so the indexer chain starts at once; joined before the prep and
-  // before attention. kCompressed: HCA layers' compress launches too (their wq_b stays). Same
-  // values either way. For A/B runs (`dsv4 bench --query-branch off|csa|all`).
+  // before attention. kCsaLate forks the compress launches after wqkv instead, whose blocks they
+  // would otherwise slow. Same values either way. For A/B runs
+  // (`dsv4 bench --query-branch off|csa|csa-late`).
   QueryBranch query_branch = QueryBranch::kOff;
   // Each layer's wo_a (8 x 1024 x 4096, bf16 in the W4A16 checkpoints, FP8 at the source) in the
   // lossless fp8 form (gpu/device_weights.h) where every value allows it: half its bytes. Decode

@@ -603,8 +603,8 @@ TEST(GpuModel, QueryBranchEqualsOneStream) {
     const char* manifest;
   };
   for (const Case& c : {Case{QueryBranch::kCsa, true, "query branch on for CSA layers"},
-                        Case{QueryBranch::kCompressed, true, "query branch on for CSA and HCA layers"},
-                        Case{QueryBranch::kCompressed, false, "query branch on for CSA and HCA layers"}}) {
+                        Case{QueryBranch::kCsaLate, true, "query branch on for CSA layers (steps without the compressor branch: compress after wqkv"},
+                        Case{QueryBranch::kCsa, false, "query branch on for CSA layers"}}) {
     SCOPED_TRACE(fmt::format("{}, compressor branch {}", c.manifest, c.compressor_branch ? "on" : "off"));
     GpuModelOptions o = test_options();
     o.graph_batch_sizes = {1, 8};
