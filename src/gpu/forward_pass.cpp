@@ -256,12 +256,7 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     // in the main compressor's emit launch on HCA layers measured no gain (the cuBLAS projection
     // between them is launched without PDL; bench/results/forward_h200.md).
     mark(StepCategory::kW4A16Linear);
-    if (query_fork) {
-      query_forked = true;  // from here on the model's stream joins the branch, whatever it returns
-      DSV4_RETURN_IF_ERROR(fork_query(l, b));
-    } else {
-      DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
-    }
+    if (!query_fork) DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
     // wo_a's weights into L2 while the attention chain (latency-bound kernels) keeps DRAM idle:
     // forked after wq_b, the last weight stream before wo_a's (A/B runs; by default the fork is
     // at the layer's start, above, whose longer window measured faster).
@@ -273,6 +268,13 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     if (csa) {
       mark(StepCategory::kW4A16Linear);
       DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.idx_wq_b, a_.qi, int64_t(nI) * dI));
+    }
+    // The query branch's wq_b starts after the indexer's wq_b: beside it, the two weight streams
+    // slowed each other (the indexer's 4 MB took 17 us instead of 6 on an H100), and the indexer's
+    // is on the critical path.
+    if (query_fork) {
+      query_forked = true;  // from here on the model's stream joins the branch, whatever it returns
+      DSV4_RETURN_IF_ERROR(fork_query(l, b));
     }
     return Status::ok();
   };
