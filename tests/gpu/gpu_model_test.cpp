@@ -586,26 +586,28 @@ TEST(GpuModel, CompressorBranchEqualsOneStream) {
   EXPECT_EQ((*loaded)->allocations_after_load(), 0);
 }
 
-// (4b') The query branch (GpuModelOptions::query_branch, off in the shared model) moves the
-// compress launches, wq_b and the query heads' norm + RoPE to the side stream in steps without
-// the compressor branch (decode of 1 sequence here, graph and eager); it must not change a bit,
-// for either mode, with the
-// compressor branch on (the 8-row steps take it instead) or off (the side stream then serves the
-// query branch alone), and the manifest says which layers fork.
+// (4b') The query branch (GpuModelOptions::query_branch) moves a CSA layer's compress launches, wq_b
+// and the query heads' norm + RoPE to the side stream in steps without the compressor branch
+// (decode of 1 sequence here, graph and eager); it must not change a bit: models with it off, in
+// either mode, and with the compressor branch off (the side stream then serves the query branch
+// alone) all give the shared model's bits (whatever its default), and the manifest says which
+// runs.
 TEST(GpuModel, QueryBranchEqualsOneStream) {
   DSV4_SKIP_WITHOUT_GPU();
   DSV4_GET_SHARED(s);
-  ASSERT_EQ(s.gpu->options().query_branch, QueryBranch::kOff);
-  EXPECT_TRUE(manifest_has(*s.gpu, "query branch off"));
+  auto manifest_for = [](QueryBranch q) {
+    return q == QueryBranch::kOff ? "query branch off"
+           : q == QueryBranch::kCsa ? "query branch on for CSA layers (steps without the compressor branch: compress at the layer's start"
+                                    : "query branch on for CSA layers (steps without the compressor branch: compress after wqkv";
+  };
+  EXPECT_TRUE(manifest_has(*s.gpu, manifest_for(s.gpu->options().query_branch)));
   struct Case {
     QueryBranch mode;
     bool compressor_branch;
-    const char* manifest;
   };
-  for (const Case& c : {Case{QueryBranch::kCsa, true, "query branch on for CSA layers"},
-                        Case{QueryBranch::kCsaLate, true, "query branch on for CSA layers (steps without the compressor branch: compress after wqkv"},
-                        Case{QueryBranch::kCsa, false, "query branch on for CSA layers"}}) {
-    SCOPED_TRACE(fmt::format("{}, compressor branch {}", c.manifest, c.compressor_branch ? "on" : "off"));
+  for (const Case& c : {Case{QueryBranch::kOff, true}, Case{QueryBranch::kCsa, true}, Case{QueryBranch::kCsaLate, true},
+                        Case{QueryBranch::kCsa, false}}) {
+    SCOPED_TRACE(fmt::format("{}, compressor branch {}", manifest_for(c.mode), c.compressor_branch ? "on" : "off"));
     GpuModelOptions o = test_options();
     o.graph_batch_sizes = {1, 8};
     o.compressor_branch = c.compressor_branch;
@@ -614,7 +616,7 @@ TEST(GpuModel, QueryBranchEqualsOneStream) {
     DSV4_ASSERT_OK(loaded.status());
     expect_same_steps(**loaded, *s.gpu);
     EXPECT_EQ((*loaded)->allocations_after_load(), 0);
-    EXPECT_TRUE(manifest_has(**loaded, c.manifest));
+    EXPECT_TRUE(manifest_has(**loaded, manifest_for(c.mode)));
     EXPECT_EQ(manifest_has(**loaded, "compressor branch on"), c.compressor_branch);
   }
 }
