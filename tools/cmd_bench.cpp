@@ -59,7 +59,10 @@ struct BenchArgs {
   std::string weights_l2 = "normal";     // normal | first: cuda::set_weights_evict_first, likewise
   int attention_head_groups = 0;         // GpuModelOptions::attention_head_groups
   std::string compressor_branch = "on";  // on | off: GpuModelOptions::compressor_branch
-  std::string query_branch = "off";      // off | csa | csa-late: GpuModelOptions::query_branch
+  // off | csa | csa-late: GpuModelOptions::query_branch
+  std::string query_branch = gpu::GpuModelOptions{}.query_branch == gpu::QueryBranch::kCsa       ? "csa"
+                             : gpu::GpuModelOptions{}.query_branch == gpu::QueryBranch::kCsaLate ? "csa-late"
+                                                                                                 : "off";
   std::string wo_a = "bf16";             // bf16 | fp8: GpuModelOptions::wo_a_fp8
   // The model's defaults, so that the bench measures what a server runs.
   int l2_prefetch_mb = gpu::GpuModelOptions{}.l2_prefetch_mb;

@@ -216,7 +216,8 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   // (H200, 20 layers, batch 32: 13.04-13.05 -> 12.83-12.87 ms per step). Where it runs on the
   // weight-streaming kernel (decode batches of 1..4), which streams its weights during the kernel
   // before it, the fork and join cost more than the branch hides (batch 1: 3.12 -> 3.17 ms), so
-  // those stay on one stream (bench/results/forward_h200.md). Profiled steps keep one stream, so
+  // those stay on the model's stream (bench/results/forward_h200.md) unless the query branch,
+  // below, takes them on CSA layers. Profiled steps keep one stream, so
   // that each category's events time only its own launches.
   const bool branch = compressed && compressor_branch_ && side_.stream != nullptr && prof_ == nullptr &&
                       ws_.blas.f32_out_on_cublas(a_.x, D, T, L.wproj, L.proj.n, D, a_.proj, L.proj.n);
@@ -256,7 +257,12 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     // in the main compressor's emit launch on HCA layers measured no gain (the cuBLAS projection
     // between them is launched without PDL; bench/results/forward_h200.md).
     mark(StepCategory::kW4A16Linear);
-    if (!query_fork) DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
+    if (query_fork) {
+      query_forked = true;  // from here on the model's stream joins the branch, whatever it returns
+      DSV4_RETURN_IF_ERROR(fork_query(l, b));
+    } else {
+      DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.wq_b, a_.q, int64_t(H) * d));
+    }
     // wo_a's weights into L2 while the attention chain (latency-bound kernels) keeps DRAM idle:
     // forked after wq_b, the last weight stream before wo_a's (A/B runs; by default the fork is
     // at the layer's start, above, whose longer window measured faster).
@@ -268,13 +274,6 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     if (csa) {
       mark(StepCategory::kW4A16Linear);
       DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.idx_wq_b, a_.qi, int64_t(nI) * dI));
-    }
-    // The query branch's wq_b starts after the indexer's wq_b: beside it, the two weight streams
-    // slowed each other (the indexer's 4 MB took 17 us instead of 6 on an H100), and the indexer's
-    // is on the critical path.
-    if (query_fork) {
-      query_forked = true;  // from here on the model's stream joins the branch, whatever it returns
-      DSV4_RETURN_IF_ERROR(fork_query(l, b));
     }
     return Status::ok();
   };

@@ -71,7 +71,8 @@ struct Workspaces {
 //    compressor/indexer projections and the compressors' emits), beside the query path (wqkv, its
 //    norms, wq_b, the indexer's wq_b), joined before their first reader;
 //    In steps without that branch the same stream may carry the query branch
-//    (GpuModelOptions::query_branch): wq_b and the heads' norm + RoPE, beside the indexer chain;
+//    (GpuModelOptions::query_branch): a CSA layer's compress launches from the layer's start, then
+//    wq_b and the heads' norm + RoPE after the q norm, beside the indexer chain;
 //  - the weight prefetch (GpuModelOptions::l2_prefetch_mb): L2 prefetches of each layer's wo_a,
 //    forked at the layer's start (or after wq_b) so that DRAM reads them while the layer's
 //    latency-bound kernels run; they change no value, so one join at the end of the layers

@@ -55,9 +55,10 @@ struct GpuModelOptions {
   // on the side stream at the layer's start, beside wqkv and the q norm, then wq_b and the heads'
   // norm + RoPE after the q norm, so the indexer chain starts at once; joined before the prep and
   // before attention. kCsaLate forks the compress launches after wqkv instead, whose blocks they
-  // would otherwise slow. Same values either way. For A/B runs
-  // (`dsv4 bench --query-branch off|csa|csa-late`).
-  QueryBranch query_branch = QueryBranch::kOff;
+  // would otherwise slow. Same values either way. H100, 20 layers, 4K, against off (two calls,
+  // three rounds each): kCsa batch 1 flat, 2 -2%, 4 -1%; kCsaLate 1 +0.4%, 2 -3%, 4 -2%
+  // (bench/results/query_branch_h100). A/B runs: `dsv4 bench --query-branch off|csa|csa-late`.
+  QueryBranch query_branch = QueryBranch::kCsa;
   // Each layer's wo_a (8 x 1024 x 4096, bf16 in the W4A16 checkpoints, FP8 at the source) in the
   // lossless fp8 form (gpu/device_weights.h) where every value allows it: half its bytes. Decode
   // batches run the dense decode kernels on it, larger steps a bf16 copy made per layer into a

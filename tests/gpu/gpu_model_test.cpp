@@ -568,7 +568,7 @@ void expect_same_steps(GpuModel& branched, GpuModel& one_stream, bool decode_bit
 }
 
 // (4b) The compressor branch (GpuModelOptions::compressor_branch, on in the shared model) changes
-// where the compressor launches run, not what they compute: a model on one stream gives the same
+// where the compressor launches run, not what they compute: a model without it gives the same
 // bits for prefill chunks and decode steps of 6 sequences (graph of 8), where the branch runs (the
 // projection on cuBLAS), and for decode steps of 1 (graph and eager), where it does not. Two
 // models agree bit for bit only because every kernel is deterministic: this test first found the
