@@ -59,10 +59,7 @@ struct BenchArgs {
   std::string weights_l2 = "normal";     // normal | first: cuda::set_weights_evict_first, likewise
   int attention_head_groups = 0;         // GpuModelOptions::attention_head_groups
   std::string compressor_branch = "on";  // on | off: GpuModelOptions::compressor_branch
-  // off | csa | csa-late: GpuModelOptions::query_branch
-  std::string query_branch = gpu::GpuModelOptions{}.query_branch == gpu::QueryBranch::kCsa       ? "csa"
-                             : gpu::GpuModelOptions{}.query_branch == gpu::QueryBranch::kCsaLate ? "csa-late"
-                                                                                                 : "off";
+  std::string query_branch = gpu::query_branch_name(gpu::GpuModelOptions{}.query_branch);  // GpuModelOptions::query_branch
   std::string wo_a = "bf16";             // bf16 | fp8: GpuModelOptions::wo_a_fp8
   // The model's defaults, so that the bench measures what a server runs.
   int l2_prefetch_mb = gpu::GpuModelOptions{}.l2_prefetch_mb;
@@ -322,9 +319,8 @@ int run_bench(const BenchArgs& a) {
   o.dense_decode = a.dense_decode;
   o.attention_head_groups = a.attention_head_groups;
   o.compressor_branch = a.compressor_branch == "on";
-  o.query_branch = a.query_branch == "csa"   ? gpu::QueryBranch::kCsa
-                   : a.query_branch == "csa-late" ? gpu::QueryBranch::kCsaLate
-                                             : gpu::QueryBranch::kOff;
+  for (gpu::QueryBranch q : gpu::kQueryBranches)
+    if (a.query_branch == gpu::query_branch_name(q)) o.query_branch = q;  // the option's check admits only these
   o.wo_a_fp8 = a.wo_a == "fp8";
   o.l2_prefetch_mb = a.l2_prefetch_mb;
   o.l2_prefetch_early = a.l2_prefetch_from == "layer";

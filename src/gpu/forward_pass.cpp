@@ -40,6 +40,12 @@ Status trace_copy(std::vector<int32_t>& dst, const int32_t* src, int64_t count, 
 
 Status ForwardPass::gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda::W4A16Weight& w, __nv_bfloat16* y,
                          int64_t ldy, cuda::SplitSumView* deferred) const {
+  return gemm_on(stream_, ws_.w4a16.view(), x, ldx, m, w, y, ldy, deferred);
+}
+
+Status ForwardPass::gemm_on(cudaStream_t stream, const cuda::W4A16WorkspaceView& ws, const __nv_bfloat16* x,
+                            int64_t ldx, int m, const cuda::W4A16Weight& w, __nv_bfloat16* y, int64_t ldy,
+                            cuda::SplitSumView* deferred) const {
   cuda::W4A16GemmArgs g;
   g.x = x;
   g.ldx = ldx;
@@ -47,8 +53,8 @@ Status ForwardPass::gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda:
   g.w = w;
   g.y = y;
   g.ldy = ldy;
-  if (deferred != nullptr) return cuda::w4a16_gemm_deferred(g, ws_.w4a16.view(), stream_, deferred);
-  return cuda::w4a16_gemm(g, ws_.w4a16.view(), stream_);
+  if (deferred != nullptr) return cuda::w4a16_gemm_deferred(g, ws, stream, deferred);
+  return cuda::w4a16_gemm(g, ws, stream);
 }
 
 Status ForwardPass::layers(const cuda::StepBatchView& b, TraceSink* trace) const {
@@ -186,14 +192,9 @@ Status ForwardPass::fork_query(int l, const cuda::StepBatchView& b) const {
   DSV4_RETURN_IF_ERROR(
       cuda::cuda_status(cudaStreamWaitEvent(side_.stream, side_.query_fork, 0), "cudaStreamWaitEvent (query fork)"));
   const Status st = [&]() -> Status {
-    cuda::W4A16GemmArgs g;
-    g.x = a_.qkv;
-    g.ldx = c.q_lora_rank + d;
-    g.m = T;
-    g.w = L.wq_b;
-    g.y = a_.q;
-    g.ldy = int64_t(H) * d;
-    DSV4_RETURN_IF_ERROR(cuda::w4a16_gemm(g, ws_.side_w4a16.view(), side_.stream).with_context("wq_b (query branch)"));
+    DSV4_RETURN_IF_ERROR(gemm_on(side_.stream, ws_.side_w4a16.view(), a_.qkv, c.q_lora_rank + d, T, L.wq_b, a_.q,
+                                 int64_t(H) * d)
+                             .with_context("wq_b (query branch)"));
     return cuda::q_norm_rope(a_.q, T, H, d, c.rope_dim, b.token_pos, L.inv_freq, float(c.norm_eps), side_.stream);
   }();
   // Recorded even after an error: the caller's join then waits for what was launched.

@@ -151,6 +151,10 @@ class ForwardPass {
   // which the next kernel adds: common/deferred_sum.h); null: w4a16_gemm.
   Status gemm(const __nv_bfloat16* x, int64_t ldx, int m, const cuda::W4A16Weight& w, __nv_bfloat16* y,
               int64_t ldy, cuda::SplitSumView* deferred = nullptr) const;
+  // gemm on `stream` with split-K scratch `ws` (the side stream's GEMMs have their own).
+  Status gemm_on(cudaStream_t stream, const cuda::W4A16WorkspaceView& ws, const __nv_bfloat16* x, int64_t ldx, int m,
+                 const cuda::W4A16Weight& w, __nv_bfloat16* y, int64_t ldy,
+                 cuda::SplitSumView* deferred = nullptr) const;
   // Forks wq_b (q = bf16(qa wq_b^T)) and the heads' norm + RoPE of layer l onto the side stream
   // (the query branch); the caller joins (side_.query_join) before attention, after an error too.
   Status fork_query(int l, const cuda::StepBatchView& b) const;

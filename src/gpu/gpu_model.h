@@ -22,10 +22,15 @@ namespace dsv4::gpu {
 
 // Where a decode step's query projection runs (GpuModelOptions::query_branch).
 enum class QueryBranch {
-  kOff,         // on the model's stream, in the reference's order
+  kOff,      // on the model's stream, in the reference's order
   kCsa,      // CSA layers: the compress launches on the side stream from the layer's start, then wq_b
   kCsaLate,  // the same, the compress launches forked after wqkv (beside the q norm) instead
 };
+inline constexpr QueryBranch kQueryBranches[] = {QueryBranch::kOff, QueryBranch::kCsa, QueryBranch::kCsaLate};
+// The names `dsv4 bench --query-branch` takes: off, csa, csa-late.
+inline const char* query_branch_name(QueryBranch q) {
+  return q == QueryBranch::kCsa ? "csa" : q == QueryBranch::kCsaLate ? "csa-late" : "off";
+}
 
 struct GpuModelOptions {
   int max_seqs = 64;               // state slots (window rings, compressor state); slot ids < this

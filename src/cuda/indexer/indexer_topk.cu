@@ -14,8 +14,8 @@
 //          skip their sorts. Any other row: one block selects the global top-k from the splits'
 //          lists (only their valid entries). A row of at most kSortAllKeys candidates is sorted
 //          whole. Otherwise the lists' heads bound the k-th key from below: with the smallest
-//          c such that the lists' first min(c, count) keys number at least k, the least of those keys,
-//          T, has at least k keys at or above it, so only keys >= T (each list's head, read up
+//          c such that the lists' first min(c, count) keys number at least k, the least of those
+//          keys, T, has at least k keys at or above it, so only keys >= T (each list's head, read up
 //          to the first key below T) can be selected: usually a few times k of the S x topk
 //          candidates. They are gathered into shared memory and radix-selected there (at most
 //          one per thread: sorted whole, the first k taken). Should they not fit (heavy ties
@@ -230,8 +230,8 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
   // no search (the merge sorts all of them), nor has a row the merge ranks (rank_merge), so their
   // splits skip their sorts.
   write_split_list<kSplitCap / kSplitThreads, kMaxTopk / kSplitThreads>(
-      buf, g.topk, g.n_splits > 1 && n_vis > kSortAllKeys && !rank_merge(n_vis, g.merge_blocks), s_hist, &s_sel, g.cand + slot * g.ws_topk, g.counts + slot,
-      buf.keys + kMaxTopk);
+      buf, g.topk, g.n_splits > 1 && n_vis > kSortAllKeys && !rank_merge(n_vis, g.merge_blocks), s_hist, &s_sel,
+      g.cand + slot * g.ws_topk, g.counts + slot, buf.keys + kMaxTopk);
 }
 
 // One block per row. The row's candidates are the valid entries of its splits' lists (list s
