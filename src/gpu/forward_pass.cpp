@@ -147,7 +147,8 @@ Status ForwardPass::layer(int l, const cuda::StepBatchView& b, TraceSink* trace)
                                 comb_mode(T), nullptr, &moe_y);
 }
 
-Status ForwardPass::compress(int l, const cuda::StepBatchView& b, cudaStream_t stream, const Blas& blas) const {
+Status ForwardPass::compress(int l, const cuda::StepBatchView& b, cudaStream_t stream, const Blas& blas,
+                             const cuda::QueryNormRope* q_heads) const {
   const LayerDeviceWeights& L = w_.layers[size_t(l)];
   const LayerKvState& kv = kv_.layers[size_t(l)];
   const ProjColumns& pc = L.proj;
@@ -160,7 +161,7 @@ Status ForwardPass::compress(int l, const cuda::StepBatchView& b, cudaStream_t s
   // later rows (the reference pushes the whole chunk first).
   if (L.spec.attn != AttnType::kCsa)
     return cuda::compressor_forward(b, a_.proj + pc.comp_a, a_.proj + pc.comp_z, pc.n, L.comp, kv.comp_state,
-                                    kv.view.entries, kv.view.entry_bytes, stream)
+                                    kv.view.entries, kv.view.entry_bytes, stream, q_heads)
         .with_context("main compressor");
   // Both compressors' emits in one launch (the same records as two compressor_forward calls).
   const cuda::CompressorCall main_comp{a_.proj + pc.comp_a, a_.proj + pc.comp_z, pc.n, L.comp,
@@ -254,9 +255,10 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
                                                L.inv_freq, kv.view, kv.view.chunk, stream_,
                                                b.one_row_per_seq ? &b : nullptr));
     // q = bf16(qa wq_b^T), then per head unweighted rmsnorm and rope (CSA layers: in the indexer's
-    // prep launch below, one launch fewer; attention is the first reader of q either way). The same
-    // in the main compressor's emit launch on HCA layers measured no gain (the cuBLAS projection
-    // between them is launched without PDL; bench/results/forward_h200.md).
+    // prep launch below or on the query branch; HCA layers: in the compressor's emit launch; one
+    // launch fewer either way; attention is the first reader of q). The HCA form once measured no
+    // gain when a plain cuBLAS launch sat between wq_b and the emit (bench/results/forward_h200.md);
+    // the decode projection is now a programmatic launch.
     mark(StepCategory::kW4A16Linear);
     if (query_fork) {
       query_forked = true;  // from here on the model's stream joins the branch, whatever it returns
@@ -268,10 +270,14 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     // forked after wq_b, the last weight stream before wo_a's (A/B runs; by default the fork is
     // at the layer's start, above, whose longer window measured faster).
     if (!prefetch_.early && prefetching(T)) DSV4_RETURN_IF_ERROR(fork_prefetch(l));
+    // HCA layers whose compressor runs here take the heads' norm + RoPE in its emit launch (one
+    // launch fewer between wq_b and attention); SWA layers and the compressor branch's launch it.
+    const bool compress_here = compressed && !branch && !compress_forked;
+    const cuda::QueryNormRope qn{a_.q, H, d, r, L.inv_freq, eps};
     mark(StepCategory::kMhcNorm);
-    if (!csa && !query_forked)
+    if (!csa && !query_forked && !compress_here)
       DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));
-    if (compressed && !branch && !compress_forked) DSV4_RETURN_IF_ERROR(compress(l, b, stream_, ws_.blas));
+    if (compress_here) DSV4_RETURN_IF_ERROR(compress(l, b, stream_, ws_.blas, csa ? nullptr : &qn));
     if (csa) {
       mark(StepCategory::kW4A16Linear);
       DSV4_RETURN_IF_ERROR(gemm(a_.qkv, ld_qkv, T, L.idx_wq_b, a_.qi, int64_t(nI) * dI));
@@ -304,13 +310,7 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     // Query prep and head weights in one launch; the reference's weight scale, computed the same
     // way (double, then float).
     const float scale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(nI)));
-    cuda::QueryNormRope qn;
-    qn.q = a_.q;
-    qn.n_heads = H;
-    qn.head_dim = d;
-    qn.rope_dim = r;
-    qn.inv_freq = L.inv_freq;
-    qn.eps = eps;
+    const cuda::QueryNormRope qn{a_.q, H, d, r, L.inv_freq, eps};
     const ProjColumns& pc = L.proj;
     DSV4_RETURN_IF_ERROR(cuda::indexer_prepare(a_.qi, T, nI, dI, r, b.token_pos, L.inv_freq, a_.proj + pc.idx_w, pc.n,
                                                scale, a_.wi, stream_, query_forked ? nullptr : &qn));

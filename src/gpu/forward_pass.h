@@ -140,7 +140,8 @@ class ForwardPass {
   Status attention(int l, const cuda::StepBatchView& b, TraceSink* trace, cuda::SplitSumView* y_split) const;
   // The compressor and indexer projections of x and the compressors' emits of layer l (CSA/HCA),
   // on `stream` with `blas` (bound to it).
-  Status compress(int l, const cuda::StepBatchView& b, cudaStream_t stream, const Blas& blas) const;
+  Status compress(int l, const cuda::StepBatchView& b, cudaStream_t stream, const Blas& blas,
+                  const cuda::QueryNormRope* q_heads = nullptr) const;
   // compress on the side stream, between the fork and join events (SideStream).
   Status fork_compress(int l, const cuda::StepBatchView& b) const;
   // Whether a step of n_tokens rows prefetches (WeightPrefetch); eager profiled steps do not.

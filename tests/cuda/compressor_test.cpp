@@ -29,6 +29,7 @@
 #include "cpu/compressor.h"
 #include "cpu/rope.h"
 #include "cuda/compressor/compressor.h"
+#include "cuda/ops/ops.h"
 #include "harness.h"
 #include "kvcache/kv_record.h"
 
@@ -154,10 +155,15 @@ struct GpuState {
 // compressor_forward call per fixture and step, or with `pair` (two fixtures) one
 // compressor_forward_pair call. one_launch_decode: steps whose sequences have at most one row
 // each say so (StepBatchView::one_row_per_seq), as the forward pass does, so the emit kernel saves
-// the rings itself.
+// the rings itself. q_head_diff (not null, no pair): the first fixture's calls also take random
+// attention query heads (64 x 512, rope 64) in their emit launch, and *q_head_diff counts the bf16
+// values that differ from q_norm_rope's on a copy (unchanged heads count too).
 std::vector<GpuState> run_gpu_each(const Fixture& f, const std::vector<const Fixture*>& data, const Schedule& sched,
-                                   uint64_t seed, bool one_launch_decode, bool pair) {
+                                   uint64_t seed, bool one_launch_decode, bool pair, int64_t* q_head_diff = nullptr) {
   DSV4_CHECK(!pair || data.size() == 2, "a pair run takes two fixtures");
+  DSV4_CHECK(q_head_diff == nullptr || !pair, "query heads ride on single compressor calls");
+  constexpr int kQHeads = 64, kQDim = 512;
+  const DeviceBuffer d_q_inv = upload_vector(cpu::Rope(compress_rope(), kRopeDim).inv_freq());
   const size_t nf = data.size();
   std::vector<DeviceBuffer> pools, states;
   for (const Fixture* d : data) {
@@ -248,9 +254,29 @@ std::vector<GpuState> run_gpu_each(const Fixture& f, const std::vector<const Fix
       const Status st = compressor_forward_pair(b, calls[0], calls[1], nullptr);
       DSV4_CHECK(st.is_ok(), "compressor_forward_pair: {}", st.to_string());
     } else {
+      std::vector<float> q;
+      DeviceBuffer d_q1, d_q2;
+      QueryNormRope qn;
+      if (q_head_diff != nullptr) {
+        q = random_bf16_values(int64_t(b.n_tokens) * kQHeads * kQDim, seed + 1000 + step, 3.0f);
+        d_q1 = upload_vector(to_bf16(q));
+        d_q2 = upload_vector(to_bf16(q));
+        qn = QueryNormRope{d_q1.as<__nv_bfloat16>(), kQHeads, kQDim, kRopeDim, d_q_inv.as<float>(), kEps};
+      }
       for (const CompressorCall& c : calls) {
-        const Status st = compressor_forward(b, c.a, c.z, c.ld, c.p, c.state, c.pool, c.record_bytes, nullptr);
+        const QueryNormRope* heads = q_head_diff != nullptr && &c == &calls[0] ? &qn : nullptr;
+        const Status st =
+            compressor_forward(b, c.a, c.z, c.ld, c.p, c.state, c.pool, c.record_bytes, nullptr, heads);
         DSV4_CHECK(st.is_ok(), "compressor_forward: {}", st.to_string());
+      }
+      if (q_head_diff != nullptr) {
+        const Status st = q_norm_rope(d_q2.as<__nv_bfloat16>(), b.n_tokens, kQHeads, kQDim, kRopeDim, b.token_pos,
+                                      d_q_inv.as<float>(), kEps, nullptr);
+        DSV4_CHECK(st.is_ok(), "q_norm_rope: {}", st.to_string());
+        const std::vector<uint16_t> got = download<uint16_t>(d_q1.get(), q.size());
+        const std::vector<uint16_t> want = download<uint16_t>(d_q2.get(), q.size()), before = to_bf16(q);
+        for (size_t i = 0; i < q.size(); ++i) *q_head_diff += got[i] != want[i];
+        if (got == before) ++*q_head_diff;  // the heads were never normalized
       }
     }
     DSV4_CHECK(cudaDeviceSynchronize() == cudaSuccess, "step {}: {}", step, cudaGetErrorString(cudaGetLastError()));
@@ -492,6 +518,42 @@ TEST(CudaCompressor, CsaPairEqualsTwoCalls) {
     const EntryStats st = check_entries(main_f, pair[0]);
     EXPECT_EQ(st.bad, 0) << st.worst;
   }
+}
+
+// HCA layers' emit launch takes the attention query heads' norm + RoPE in extra blocks: the heads
+// equal q_norm_rope's bit for bit (the padding row's too), and the records and ring states equal a
+// run without them, over chunked prefill and decode steps, with and without the one-launch decode.
+TEST(CudaCompressor, HcaEmitTakesQueryHeads) {
+  DSV4_SKIP_WITHOUT_GPU();
+  Schedule sched = {{130, 127, 3, 129}};
+  for (int i = 0; i < 3; ++i) sched.push_back({1, 1, 1, 1});
+  std::vector<int64_t> lengths(sched[0].size(), 0);
+  for (const auto& step : sched)
+    for (size_t s = 0; s < lengths.size(); ++s) lengths[s] += step[s];
+  const Fixture f({"hca m128 Dc512 fp8", 128, false, 512, CompressedRecord::kFp8Entry}, lengths, 61);
+  for (const bool one_launch : {true, false}) {
+    int64_t q_diff = 0;
+    const GpuState plain = run_gpu(f, sched, 62, one_launch);
+    const GpuState with_q = run_gpu_each(f, {&f}, sched, 62, one_launch, false, &q_diff)[0];
+    EXPECT_EQ(q_diff, 0) << "query heads differ from q_norm_rope's (one_launch " << one_launch << ")";
+    EXPECT_TRUE(plain.pool == with_q.pool) << "one_launch " << one_launch;
+    EXPECT_EQ(std::memcmp(plain.state.data(), with_q.state.data(), plain.state.size() * 4), 0)
+        << "one_launch " << one_launch;
+  }
+  // A query head wider than a warp holds is refused.
+  CompressorParamsView p;
+  p.ratio = 128;
+  p.overlap = false;
+  StepBatchView b;  // no rows: only the arguments are checked
+  alignas(16) float x[4] = {};
+  uint8_t pool[2] = {};
+  p.ape = p.norm_w = p.inv_freq = x;
+  alignas(16) __nv_bfloat16 q[8];
+  const QueryNormRope good{q, 64, 512, 64, x, kEps};
+  QueryNormRope bad = good;
+  bad.head_dim = 1032;
+  EXPECT_TRUE(compressor_forward(b, x, x, 1024, p, x, pool, 584, nullptr, &good).is_ok());
+  EXPECT_FALSE(compressor_forward(b, x, x, 1024, p, x, pool, 584, nullptr, &bad).is_ok());
 }
 
 TEST(CudaCompressor, RejectsBadArguments) {

@@ -92,8 +92,14 @@ Result<CompressorLaunch> make_launch(const StepBatchView& b, const float* a, con
 
 Status compressor_forward(const StepBatchView& b, const float* a, const float* z, int64_t ld,
                           const CompressorParamsView& p, float* state, uint8_t* pool, int record_bytes,
-                          cudaStream_t stream) {
-  DSV4_ASSIGN_OR_RETURN(const CompressorLaunch g, make_launch(b, a, z, ld, p, state, pool, record_bytes));
+                          cudaStream_t stream, const QueryNormRope* q_heads) {
+  DSV4_ASSIGN_OR_RETURN(CompressorLaunch g, make_launch(b, a, z, ld, p, state, pool, record_bytes));
+  if (q_heads != nullptr) {
+    DSV4_RETURN_IF_ERROR(check_query_norm_rope(*q_heads, "compressor_forward"));
+    const int heads_per_block = p.dim / 32;  // one warp per head, blocks of dim threads
+    g.q_heads = *q_heads;
+    g.q_groups = (q_heads->n_heads + heads_per_block - 1) / heads_per_block;
+  }
   if (b.n_tokens == 0) return Status::ok();
   DSV4_ASSIGN_OR_RETURN(const bool pdl, pdl_on_current_device());
   DSV4_RETURN_IF_ERROR(launch_compressor_emit(g, stream, pdl));

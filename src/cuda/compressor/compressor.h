@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "cuda/common/kv_view.h"
 #include "cuda/common/step_batch.h"
+#include "cuda/ops/q_head.h"
 
 namespace dsv4::cuda {
 
@@ -46,10 +47,12 @@ inline int64_t compressor_state_floats(const CompressorParamsView& p) {
 // a, z: f32 [n_tokens, ld] (unrounded projections: compressor.wkv and .wgate, z without ape);
 // state: f32 [n_slots][compressor_state_floats]; pool: entries (main) or index_keys (indexer) of
 // the layer, with `record_bytes` per record and the layer's ratio. Two launches, emit then save;
-// one when b.one_row_per_seq.
+// one when b.one_row_per_seq. q_heads (optional): the attention query heads of the step's rows,
+// normalized and rotated in extra blocks of the emit launch, exactly as q_norm_rope with
+// b.token_pos would (HCA layers, whose emit runs between wq_b and attention: one launch fewer).
 Status compressor_forward(const StepBatchView& b, const float* a, const float* z, int64_t ld,
                           const CompressorParamsView& p, float* state, uint8_t* pool, int record_bytes,
-                          cudaStream_t stream);
+                          cudaStream_t stream, const QueryNormRope* q_heads = nullptr);
 
 // One compressor's arguments of compressor_forward.
 struct CompressorCall {

@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "cuda/compressor/compressor.h"
+#include "cuda/ops/q_head.h"
 
 namespace dsv4::cuda::compressor_detail {
 
@@ -28,10 +29,14 @@ struct CompressorLaunch {
   float hadamard_scale = 0.0f;      // fp32(1 / sqrt(fp32(dim))), as cpu::hadamard_bf16
   CompressedRecord record = CompressedRecord::kFp8Entry;
   bool save_too = false;            // the emit kernel also saves (b.one_row_per_seq: no save launch)
+  // The attention query heads' norm + RoPE in the emit launch's extra blocks (y >= 1; q_groups of
+  // them per row, blockDim / 32 heads each); q_heads.q null: none (compressor.h).
+  QueryNormRope q_heads;
+  int q_groups = 0;
 };
 
 // Emits the entry of every row that completes a window (reads the ring; with save_too, then saves
-// the row as launch_compressor_save would).
+// the row as launch_compressor_save would); grid (n_tokens, 1 + q_groups), blocks of dim threads.
 // pdl: launch as a programmatic dependent of the previous kernel (SM90, common/pdl.cuh).
 Status launch_compressor_emit(const CompressorLaunch& g, cudaStream_t stream, bool pdl);
 // Both emits in one launch: grid (n_tokens, 2), blocks of max(g0.dim, g1.dim) threads.

@@ -7,8 +7,10 @@
 // without FMA contraction, so the result matches it up to the last-ulp differences of
 // expf (CUDA's, 2 ulp, against glibc's) and of cos/sin (ref_numerics.cuh), which bf16 rounding
 // nearly always absorbs. In decode steps (CompressorLaunch::save_too) the block then saves its
-// row into the ring (ring.cuh), so no save launch follows. Launched as a programmatic dependent
-// (pdl.cuh): the channel's norm weight and inverse frequency, constant, are read before the wait.
+// row into the ring (ring.cuh), so no save launch follows. Extra blocks of the single-compressor
+// launch may take the attention query heads' norm + RoPE (HCA layers: one launch fewer in the
+// chain; ops/q_head.h). Launched as a programmatic dependent (pdl.cuh): the channel's norm weight
+// and inverse frequency, constant, are read before the wait.
 #include <algorithm>
 
 #include "cuda/common/cuda_check.h"
@@ -17,6 +19,7 @@
 #include "cuda/compressor/compressor_internal.h"
 #include "cuda/compressor/ring.cuh"
 #include "cuda/indexer/ref_numerics.cuh"
+#include "cuda/ops/q_head.cuh"
 
 namespace dsv4::cuda::compressor_detail {
 
@@ -181,7 +184,17 @@ __device__ __forceinline__ void emit_row(const CompressorLaunch& g) {
   if (g.save_too) save_ring_row(g, t, slot, g.dim);
 }
 
-__global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(const CompressorLaunch g) { emit_row(g); }
+// Blocks (t, 0) emit; blocks (t, y >= 1) take the attention query heads (y - 1) * blockDim / 32 ..
+// of row t, as q_norm_rope_kernel does them (ops/q_head.cuh).
+__global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(const CompressorLaunch g) {
+  if (blockIdx.y > 0) {
+    pdl_wait();  // q comes from the wq_b GEMM; token_pos is the step's host copy
+    const int t = blockIdx.x;
+    ops_detail::q_heads_of_block(g.q_heads, t, float(g.b.token_pos[t]), int(blockIdx.y) - 1);
+    return;
+  }
+  emit_row(g);
+}
 
 struct PairLaunch {
   CompressorLaunch g0, g1;
@@ -198,7 +211,8 @@ __global__ void __launch_bounds__(kMaxDim) compressor_emit_pair_kernel(const Pai
 }  // namespace
 
 Status launch_compressor_emit(const CompressorLaunch& g, cudaStream_t stream, bool pdl) {
-  return launch_kernel(&compressor_emit_kernel, dim3(g.b.n_tokens), dim3(g.dim), 0, stream, pdl, g,
+  return launch_kernel(&compressor_emit_kernel, dim3(unsigned(g.b.n_tokens), unsigned(1 + g.q_groups)), dim3(g.dim), 0,
+                       stream, pdl, g,
                        "compressor_emit_kernel");
 }
 
