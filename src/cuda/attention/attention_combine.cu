@@ -22,10 +22,17 @@ static_assert(kMaxSplits <= 32, "one split per lane");
 __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(const CombineKernelArgs a) {
   const int h = blockIdx.x, t = blockIdx.y, n_heads = a.n_heads;
   const int d = threadIdx.x * 4, lane = threadIdx.x & 31;
+  // The row's sequence and position (the step's host copies, pdl.cuh) and the head's sink and
+  // inverse frequencies (constant) before the wait.
+  const bool padding = __ldcg(a.token_seq + t) < 0;
+  const int pos = __ldcg(a.token_pos + t);
+  const float sink = a.sink[h];
+  const int k = (d - kNopeDim) / 2;
+  const float freq0 = d >= kNopeDim ? a.inv_freq[k] : 0.0f, freq1 = d >= kNopeDim ? a.inv_freq[k + 1] : 0.0f;
   pdl_wait();  // the partials come from the split kernel just before
 
   __nv_bfloat16* out = a.o + (int64_t(t) * n_heads + h) * kHeadDim + d;
-  if (__ldcg(a.token_seq + t) < 0) {
+  if (padding) {
     *reinterpret_cast<uint2*>(out) = make_uint2(0, 0);
     return;
   }
@@ -69,15 +76,13 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(cons
       acc[3] += v[j].w * wj[j];
     }
   }
-  den += expf(a.sink[h] - mx);
+  den += expf(sink - mx);
   float x[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) x[i] = round_bf16(acc[i] / den);
   if (d >= kNopeDim) {
-    const int pos = __ldcg(a.token_pos + t);
-    const int k = (d - kNopeDim) / 2;
-    inverse_rope_pair(x[0], x[1], pos, a.inv_freq[k]);
-    inverse_rope_pair(x[2], x[3], pos, a.inv_freq[k + 1]);
+    inverse_rope_pair(x[0], x[1], pos, freq0);
+    inverse_rope_pair(x[2], x[3], pos, freq1);
   }
   *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2(x[0], x[1]), pack_bf16x2(x[2], x[3]));
 }

@@ -123,9 +123,21 @@ __global__ void __launch_bounds__(kThreads, HG == 1 ? 2 : 1) attention_split_ker
 
   const int split = blockIdx.x, t = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+  // The row's place: the step's arrays, host copies that no kernel writes (pdl.cuh), so their
+  // dependent loads run before the wait.
+  const int seq = __ldcg(a.token_seq + t);
+  RowKeys r;
+  if (seq >= 0) {
+    r.pos = __ldcg(a.token_pos + t);
+    r.n_win = min(r.pos + 1, a.window_size);
+    r.pos0 = __ldcg(a.seq_pos0 + seq);
+    r.tok0 = __ldcg(a.seq_tok0 + seq);
+    r.slot = __ldcg(a.seq_slot + seq);
+    if (a.ratio > 0) r.bt = a.block_table + int64_t(seq) * a.max_blocks;
+  }
   pdl_wait();  // everything below reads what earlier kernels of the step wrote
 
-  const int seq = __ldcg(a.token_seq + t);
   if (seq < 0) {  // padding row: zeros (the combine kernel writes them when there are splits)
     if (a.n_splits == 1) {
       uint4* out = reinterpret_cast<uint4*>(a.o + (int64_t(t) * n_heads + h0) * kHeadDim);
@@ -134,15 +146,8 @@ __global__ void __launch_bounds__(kThreads, HG == 1 ? 2 : 1) attention_split_ker
     return;
   }
 
-  RowKeys r;
-  r.pos = __ldcg(a.token_pos + t);
-  r.n_win = min(r.pos + 1, a.window_size);
-  r.pos0 = __ldcg(a.seq_pos0 + seq);
-  r.tok0 = __ldcg(a.seq_tok0 + seq);
-  r.slot = __ldcg(a.seq_slot + seq);
   int n_comp = 0;
   if (a.ratio > 0) {
-    r.bt = a.block_table + int64_t(seq) * a.max_blocks;
     const int n_vis = (r.pos + 1) / a.ratio;
     n_comp = a.selected != nullptr ? compact_selected(a.selected + int64_t(t) * a.topk, a.topk, n_vis, sel_s, cnt_s)
                                    : n_vis;

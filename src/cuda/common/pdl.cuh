@@ -4,9 +4,13 @@
 // touching anything the previous kernel writes or reads. Every kernel of the forward step and of
 // the sampler is launched this way (the optional dense decode kernel too; not cuBLAS's, launched
 // plainly: the chain resumes after them), so:
-//   - before pdl_wait() a kernel reads only constant data (weights, norm weights, inv_freq), never
-//     step inputs (token ids, positions, block tables, sampling params: host copies) nor anything
-//     a kernel writes, and it writes no global memory (an earlier kernel may still read it);
+//   - before pdl_wait() a kernel reads only constant data (weights, norm weights, inv_freq) and
+//     the step's arrays (StepBatchView: token ids, positions, sequences, slots, block tables),
+//     never anything a kernel writes, and it writes no global memory (an earlier kernel may still
+//     read it). The step's arrays are host copies on the stream before the step's first kernel
+//     (a copy is not a programmatic launch: what follows it starts after it completes), and no
+//     kernel writes them, so the row bookkeeping (which sequence, slot, position; its rope
+//     angles) runs before the wait and only the data loads wait;
 //   - a grid completes only after its predecessor did, as long as one of its blocks waited, so one
 //     wait covers every earlier kernel of the stream. The small kernels (ops, compressor,
 //     indexer, sampling) wait in every block before any early return;

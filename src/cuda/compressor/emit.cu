@@ -32,8 +32,9 @@ __device__ __forceinline__ void sync_channels(int dim) { asm volatile("bar.sync 
 // The entry completed by token row t (position p = w * m + m - 1) of sequence seq, whose ring is
 // at `slot`: channel j = threadIdx.x (norm_w and inv_freq its constants). Reads the ring, never
 // writes it.
+// (rope_c, rope_s): channel j's rotation at the entry's position w * m (rope channels only).
 __device__ __forceinline__ void emit_entry(const CompressorLaunch& g, int t, int seq, int slot, int64_t p,
-                                           float norm_w, float inv_freq) {
+                                           float norm_w, float rope_c, float rope_s) {
   __shared__ float s_x[kMaxDim];
   __shared__ float s_part[kMaxDim / 32];
   __shared__ float s_rms;
@@ -105,9 +106,7 @@ __device__ __forceinline__ void emit_entry(const CompressorLaunch& g, int t, int
   sync_channels(g.dim);
   if (j >= nope) {
     const int k = (j - nope) / 2;
-    float c, s;
-    ref::rope_cos_sin(w * m, inv_freq, &c, &s);
-    const float2 r = ref::rope_rotate(s_x[nope + 2 * k], s_x[nope + 2 * k + 1], c, s);
+    const float2 r = ref::rope_rotate(s_x[nope + 2 * k], s_x[nope + 2 * k + 1], rope_c, rope_s);
     x = ref::round_bf16(((j - nope) & 1) ? r.y : r.x);
   }
 
@@ -172,15 +171,19 @@ __device__ __forceinline__ void emit_row(const CompressorLaunch& g) {
   const int nope = g.dim - g.rope_dim;
   const float norm_w = g.norm_w[j];
   const float inv_freq = j >= nope ? g.inv_freq[(j - nope) / 2] : 0.0f;
-  pdl_wait();  // the rest is step data: the batch (a host copy), a and z (the GEMM before), ring, pool
-
+  // The row's place (the step's arrays: host copies that no kernel writes, pdl.cuh) and the
+  // entry's rotation (double-precision sincos, as the reference's) before the wait.
   const int t = blockIdx.x;
   const int seq = g.b.token_seq[t];
-  if (seq < 0) return;
-  const int slot = g.b.seq_slot[seq];
-  if (slot < 0) return;
+  const int slot = seq >= 0 ? g.b.seq_slot[seq] : -1;
   const int64_t p = g.b.token_pos[t];
-  if ((p + 1) % g.ratio == 0) emit_entry(g, t, seq, slot, p, norm_w, inv_freq);
+  const bool emits = slot >= 0 && (p + 1) % g.ratio == 0;
+  float rope_c = 1.0f, rope_s = 0.0f;
+  if (emits && j >= nope) ref::rope_cos_sin(p / g.ratio * g.ratio, inv_freq, &rope_c, &rope_s);
+  pdl_wait();  // a and z (the GEMM before), the ring and the pool
+
+  if (slot < 0) return;  // a padding row or sequence
+  if (emits) emit_entry(g, t, seq, slot, p, norm_w, rope_c, rope_s);
   if (g.save_too) save_ring_row(g, t, slot, g.dim);
 }
 
@@ -188,9 +191,10 @@ __device__ __forceinline__ void emit_row(const CompressorLaunch& g) {
 // of row t, as q_norm_rope_kernel does them (ops/q_head.cuh).
 __global__ void __launch_bounds__(kMaxDim) compressor_emit_kernel(const CompressorLaunch g) {
   if (blockIdx.y > 0) {
-    pdl_wait();  // q comes from the wq_b GEMM; token_pos is the step's host copy
     const int t = blockIdx.x;
-    ops_detail::q_heads_of_block(g.q_heads, t, float(g.b.token_pos[t]), int(blockIdx.y) - 1);
+    const float pos = float(g.b.token_pos[t]);  // the step's host copy (pdl.cuh)
+    pdl_wait();                                 // q comes from the wq_b GEMM
+    ops_detail::q_heads_of_block(g.q_heads, t, pos, int(blockIdx.y) - 1);
     return;
   }
   emit_row(g);

@@ -55,17 +55,20 @@ __device__ __forceinline__ float head_weight(float proj, float scale) {
 // Blocks (t, y >= prep_groups): the attention query heads 8 (y - prep_groups) .. + 7 of row t,
 // one per warp, as q_norm_rope_kernel does them (ops/q_head.cuh).
 __global__ void __launch_bounds__(kPrepThreads) indexer_prepare_q_kernel(const PrepArgs g) {
+  const int t = blockIdx.x;
   if (int(blockIdx.y) >= g.prep_groups) {
-    pdl_wait();  // q comes from the wq_b GEMM; token_pos is the step's host copy
-    const int t = blockIdx.x;
-    ops_detail::q_heads_of_block(g.q_heads, t, float(g.token_pos[t]), int(blockIdx.y) - g.prep_groups);
+    const float pos = float(g.token_pos[t]);  // the step's host copy (pdl.cuh)
+    pdl_wait();                               // q comes from the wq_b GEMM
+    ops_detail::q_heads_of_block(g.q_heads, t, pos, int(blockIdx.y) - g.prep_groups);
     return;
   }
+  // The row's rope angles before the wait: the inverse frequencies are constant and token_pos is
+  // the step's host copy (pdl.cuh); only shared memory is written.
   __shared__ float s_cos[kHeadDim / 2], s_sin[kHeadDim / 2];
   const int half_rope = g.rope_dim / 2;
-  const float freq = int(threadIdx.x) < half_rope ? g.inv_freq[threadIdx.x] : 0.0f;  // constant
-  pdl_wait();  // qi, proj: earlier kernels; token_pos: the step's host copy
-  const int t = blockIdx.x;
+  if (int(threadIdx.x) < half_rope)
+    ref::rope_cos_sin(g.token_pos[t], g.inv_freq[threadIdx.x], &s_cos[threadIdx.x], &s_sin[threadIdx.x]);
+  pdl_wait();  // qi, proj: earlier kernels
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int h = blockIdx.y * kPrepHeads + warp;
   // This warp's head row, requested before the angles are computed (independent of them).
@@ -74,7 +77,6 @@ __global__ void __launch_bounds__(kPrepThreads) indexer_prepare_q_kernel(const P
   if (h < g.n_heads) raw = *reinterpret_cast<const uint2*>(q);
   if (g.proj != nullptr && lane == 0 && h < g.n_heads)
     g.w[int64_t(t) * g.n_heads + h] = head_weight(g.proj[int64_t(t) * g.ld + h], g.w_scale);
-  if (int(threadIdx.x) < half_rope) ref::rope_cos_sin(g.token_pos[t], freq, &s_cos[threadIdx.x], &s_sin[threadIdx.x]);
   __syncthreads();
   if (h >= g.n_heads) return;  // whole warps, after the block's only barrier
 

@@ -5,7 +5,8 @@
 // qkv_norm_finish runs kv_finish's warps and rmsnorm_rows' blocks (the q_norm) in one launch and,
 // in decode steps, makes window_save's ring copy too.
 // All three launch as programmatic dependents (pdl.cuh); the norm weights and inverse
-// frequencies, constant, are loaded before the wait.
+// frequencies, constant, and the rows' positions and ring slots, step arrays, are loaded before
+// the wait.
 #include <cstdint>
 
 #include "cuda/common/arch.h"
@@ -83,9 +84,34 @@ __device__ __forceinline__ void put_record(uint8_t* rec, uint8_t* ring, int at, 
 // block (64 dims = 8 chunks) is held by 8 consecutive lanes of one i, since 32 % 8 == 0. A short
 // last block (nope % 64 != 0: the small test models) shares its 8 lanes with rope chunks, which
 // take no part in its amax (as in cpu::fp8sim, whose last block is shorter).
+// Where row t's record goes besides the chunk: its position and, in decode steps, its window ring
+// slot (null: none). Reads only the step's arrays, host copies that no kernel writes, so the
+// kernels call it before their PDL wait (pdl.cuh). Each store of the record goes to the ring too,
+// as window_save would copy it after attention (attention reads the row itself from the chunk
+// and the ring only at earlier positions, whose slots differ from pos % W, so the copy may come
+// first). Stored from registers rather than read back after the record: the launch ~1 us
+// shorter a layer in the H200 kernel trace.
+struct KvRowPlace {
+  int64_t pos = 0;
+  uint8_t* ring = nullptr;
+};
+
+__device__ __forceinline__ KvRowPlace kv_row_place(const KvFinishArgs& a, int t) {
+  KvRowPlace p;
+  if (t >= a.T) return p;
+  p.pos = a.token_pos[t];
+  if (a.window != nullptr) {
+    const int s = a.token_seq[t];
+    const int slot = s >= 0 ? a.seq_slot[s] : -1;
+    if (slot >= 0) p.ring = a.window + (int64_t(slot) * a.window_size + p.pos % a.window_size) * a.entry_bytes;
+  }
+  return p;
+}
+
 // The warp's row t < a.T (kv_finish_kernel and qkv_norm_finish_kernel share it, so both give
-// the same bits).
-__device__ __forceinline__ void kv_finish_row(const KvFinishArgs& a, const KvRowConsts& k, int t, int lane) {
+// the same bits); place = kv_row_place(a, t).
+__device__ __forceinline__ void kv_finish_row(const KvFinishArgs& a, const KvRowConsts& k, int t, int lane,
+                                              const KvRowPlace& place) {
   const int d = a.nope + a.rope, n_chunks = d / 8;
   const __nv_bfloat16* src = a.kv + int64_t(t) * a.ld;
   uint8_t* rec = a.records + int64_t(t) * a.entry_bytes;
@@ -103,21 +129,10 @@ __device__ __forceinline__ void kv_finish_row(const KvFinishArgs& a, const KvRow
       for (int e = 0; e < 8; ++e) ss = __fmaf_rn(v[ci][e], v[ci][e], ss);
     }
   }
-  // Decode steps: the record's ring slot, found while the row loads (token_seq, then seq_slot).
-  // Each store below goes to the ring too, as window_save would copy the record after attention
-  // (attention reads the row itself from the chunk and the ring only at earlier positions, whose
-  // slots differ from pos % W, so the copy may come first). Stored from registers rather than
-  // read back after the record: the launch ~1 us shorter a layer in the H200 kernel trace.
-  const int64_t ipos = a.token_pos[t];
-  uint8_t* ring = nullptr;
-  if (a.window != nullptr) {
-    const int s = a.token_seq[t];
-    const int slot = s >= 0 ? a.seq_slot[s] : -1;
-    if (slot >= 0) ring = a.window + (int64_t(slot) * a.window_size + ipos % a.window_size) * a.entry_bytes;
-  }
+  uint8_t* ring = place.ring;
   ss = warp_sum(ss);
   const float r = 1.0f / sqrtf(ss / float(d) + a.eps);
-  const float pos = float(ipos);
+  const float pos = float(place.pos);
 
 #pragma unroll
   for (int ci = 0; ci < kRowChunks; ++ci) {
@@ -178,10 +193,11 @@ __global__ void __launch_bounds__(kRowWarps * 32) kv_finish_kernel(const KvFinis
   const int lane = threadIdx.x & 31;
   KvRowConsts k;
   load_kv_row_consts(a, lane, k);
-  pdl_wait();  // kv and token_pos: the previous kernel, the step's host copy
   const int t = blockIdx.x * kRowWarps + (threadIdx.x >> 5);
+  const KvRowPlace place = kv_row_place(a, t);
+  pdl_wait();  // kv: the previous kernel
   if (t >= a.T) return;  // whole warps leave together
-  kv_finish_row(a, k, t, lane);
+  kv_finish_row(a, k, t, lane, place);
 }
 
 struct QNormArgs {
@@ -216,10 +232,11 @@ __global__ void __launch_bounds__(kRowWarps * 32) qkv_norm_finish_kernel(const Q
   const int lane = threadIdx.x & 31;
   KvRowConsts k;
   load_kv_row_consts(a, lane, k);
-  pdl_wait();  // qkv and token_pos: the previous kernel, the step's host copy
   const int t = blockIdx.x * kRowWarps + (threadIdx.x >> 5);
+  const KvRowPlace place = kv_row_place(a, t);
+  pdl_wait();  // qkv: the previous kernel
   if (t >= a.T) return;  // whole warps leave together
-  kv_finish_row(a, k, t, lane);
+  kv_finish_row(a, k, t, lane, place);
 }
 
 struct WindowSaveArgs {
