@@ -12,6 +12,7 @@
 #   ladder NAME BIN ARG...  the 20-layer synthetic ladder at 4K context (batches $LADDER_BATCH,
 #                         default 1,32) of .carry/bin/BIN with ARGs: the graph step lines, prefixed
 #                         with NAME, and the JSON in $R/NAME.json (labelled $LADDER_COMMIT, else BIN).
+#   pack_results          $R as the one archive $OUT/r.tar.xz (the device tool returns at most 8 files).
 carry_env() {
   mkdir -p .carry/bin && tar xJf .carry/pack.tar.xz -C .carry || return 1
   local a
@@ -45,4 +46,9 @@ ladder() {
     --commit "${LADDER_COMMIT:-$bin}" \
     --command "$bin bench --synthetic flash --layers 20 --batch $batch --context 4096 $*" --out $R/$name.json 2>&1 |
     grep -E "decode B=.*graph" | sed "s/^/$name: /" | cut -c1-150
+}
+
+# pack_results: $R as one archive ($OUT/r.tar.xz; the device tool returns at most 8 files).
+pack_results() {
+  tar cJf $OUT/r.tar.xz -C $OUT r && rm -rf $R
 }
