@@ -133,13 +133,14 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
   __shared__ int s_count;
   __shared__ uint64_t s_thr;
 
-  pdl_wait();
+  // The row's keys: the step's arrays, host copies that no kernel writes (pdl.cuh), before the wait.
   const int t = blockIdx.x, split = blockIdx.y;
   const int64_t slot = int64_t(t) * g.n_splits + split;
   const int seq = g.b.token_seq[t];
   const int64_t n_vis = seq < 0 ? 0 : (int64_t(g.b.token_pos[t]) + 1) / g.ratio;
   const int64_t chunk = split_keys(n_vis, g.n_splits, g.min_split_keys);
   const int64_t begin = split * chunk, end = std::min(n_vis, begin + chunk);
+  pdl_wait();  // q, w and the keys: earlier kernels
   if (begin >= end) {  // padding row, nothing visible, or nothing left for this split
     if (threadIdx.x == 0) g.counts[slot] = 0;
     return;
@@ -248,16 +249,18 @@ __global__ void __launch_bounds__(kMergeThreads) indexer_merge_kernel(const Topk
   __shared__ int s_n_play, s_n_take;
   __shared__ uint64_t s_thr;
 
-  pdl_wait();  // the split kernel's lists
+  // The row: the step's arrays (host copies that no kernel writes, pdl.cuh) before the wait.
   const int t = blockIdx.x, part = blockIdx.y, tid = threadIdx.x;
   int32_t* out = g.selected + int64_t(t) * g.topk;
   const int seq = g.b.token_seq[t];
+  const int64_t n_vis = seq < 0 ? 0 : (int64_t(g.b.token_pos[t]) + 1) / g.ratio;
+  pdl_wait();  // the split kernel's lists
   if (seq < 0) {
     if (part == 0)
       for (int i = tid; i < g.topk; i += kMergeThreads) out[i] = -1;
     return;
   }
-  const bool rank = rank_merge((int64_t(g.b.token_pos[t]) + 1) / g.ratio, g.merge_blocks);
+  const bool rank = rank_merge(n_vis, g.merge_blocks);
   if (!rank && part > 0) return;  // the one-block merge runs in block 0
   const int n_splits = g.n_splits;
   const int64_t slot0 = int64_t(t) * n_splits;

@@ -50,12 +50,14 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_rows_kernel(const Rmsnor
 
 // grid ceil(T * H / 4), 4 warps; warp = one head (t, h), lane = chunks c = lane + 32 i.
 __global__ void __launch_bounds__(kHeadWarps * 32) q_norm_rope_kernel(const QNormRopeArgs a) {
-  pdl_wait();  // q and token_pos come from the previous kernel and the step's host copy
   const int d = a.d, H = a.H;
   const int lane = threadIdx.x & 31;
   const int64_t head = int64_t(blockIdx.x) * kHeadWarps + (threadIdx.x >> 5);
-  if (head >= int64_t(a.T) * H) return;  // whole warps leave together
-  q_head_norm_rope(a.q + head * d, d, a.rope_dim, float(a.token_pos[head / H]), a.inv_freq, a.eps, lane);
+  const bool real = head < int64_t(a.T) * H;
+  const float pos = real ? float(a.token_pos[head / H]) : 0.0f;  // the step's host copy (pdl.cuh)
+  pdl_wait();  // q comes from the previous kernel
+  if (!real) return;  // whole warps leave together
+  q_head_norm_rope(a.q + head * d, d, a.rope_dim, pos, a.inv_freq, a.eps, lane);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
