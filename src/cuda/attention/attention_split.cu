@@ -20,6 +20,7 @@
 #include "cuda/attention/attention_plan.h"
 #include "cuda/attention/fp8_decode.h"
 #include "cuda/common/kv_view.h"
+#include "cuda/common/l2_prefetch.cuh"
 #include "cuda/common/pdl.cuh"
 
 namespace dsv4::cuda::attention_detail {
@@ -28,6 +29,7 @@ namespace {
 constexpr int kRowBytes = kHeadDim * 2;     // one bf16 row of Q or of the key tile: 1024 B
 constexpr int kChunks = kHeadDim / 8;       // 16-byte chunks (8 dims) of a row: 64
 constexpr int kNopeChunks = kNopeDim / 8;   // 56: the rest (8) are the rope dims
+constexpr int kPrefetchLanes = 6;           // threads per record in the L2 prefetch: bytes 0, 128, .., 583
 constexpr int kWarps = kThreads / 32;
 
 // Shared-memory rows are [64 chunks of 16 B]; chunk c of row r lives at chunk c ^ (r & 7), so the
@@ -58,6 +60,30 @@ __device__ __forceinline__ const uint8_t* key_record(const SplitKernelArgs& a, c
   // paged_record_offset in 32 bits (entry indices stay far below 2^31): no 64-bit division.
   const int per_block = kKvBlockTokens / a.ratio;
   return a.entries + (int64_t(r.bt[e / per_block]) * per_block + e % per_block) * kEntryBytes;
+}
+
+// An int the compiler cannot see through: the prefetch's address arithmetic then shares no
+// subexpression with the main loop's (which the compiler would keep live across the kernel).
+__device__ __forceinline__ int opaque(int v) {
+  int r;
+  asm volatile("mov.b32 %0, %1;\n" : "=r"(r) : "r"(v));
+  return r;
+}
+
+// The L2 prefetch of a split's first tile of NK keys before the PDL wait (attention_split_kernel):
+// thread tid < 6 NK asks for line tid % 6 of key tid / 6 where that key is a window position
+// before the step (a ring record, written steps ago); the tile is the one the split takes if every
+// compressed candidate counts (a guess: a wrong one costs a few wasted lines).
+template <int NK>
+__device__ __forceinline__ void prefetch_first_tile(const SplitKernelArgs& a, const RowKeys& r, int split, int tid) {
+  const int n_vis = a.ratio > 0 ? (r.pos + 1) / a.ratio : 0;
+  const int keys = r.n_win + (a.selected != nullptr ? min(n_vis, a.topk) : n_vis);
+  const int tiles = (keys + NK - 1) / NK;
+  const int j = split * ((tiles + a.n_splits - 1) / a.n_splits) * NK + tid / kPrefetchLanes;
+  const int pos = r.pos - r.n_win + 1 + j;
+  if (j < r.n_win && pos < r.pos0)
+    prefetch_l2_line(a.window + (int64_t(r.slot) * a.window_size + pos % a.window_size) * kEntryBytes +
+                     min(tid % kPrefetchLanes * 128, kEntryBytes - 1));
 }
 
 // Compacts the row's selected entries (dropping -1 and anything not visible, keeping the order)
@@ -135,6 +161,12 @@ __global__ void __launch_bounds__(kThreads, HG == 1 ? 2 : 1) attention_split_ker
     r.tok0 = __ldcg(a.seq_tok0 + seq);
     r.slot = __ldcg(a.seq_slot + seq);
     if (a.ratio > 0) r.bt = a.block_table + int64_t(seq) * a.max_blocks;
+    // L2 gets this split's first key tile while the previous kernel finishes (l2_prefetch.cuh:
+    // safe before the wait): the window ring's and the compressed entries' records were written
+    // steps ago and come from DRAM. CSA rows' selected entries are known only after the wait, so
+    // there only window keys; the tile is the one the split takes if every selected entry is
+    // visible (a guess: a wrong one costs a few wasted lines).
+    if (tid < NK * kPrefetchLanes) prefetch_first_tile<NK>(a, r, split, tid);
   }
   pdl_wait();  // everything below reads what earlier kernels of the step wrote
 

@@ -36,6 +36,7 @@
 
 #include "cuda/common/arch.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/l2_prefetch.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/indexer/candidates.cuh"
 #include "cuda/indexer/indexer.h"
@@ -140,13 +141,20 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
   const int64_t n_vis = seq < 0 ? 0 : (int64_t(g.b.token_pos[t]) + 1) / g.ratio;
   const int64_t chunk = split_keys(n_vis, g.n_splits, g.min_split_keys);
   const int64_t begin = split * chunk, end = std::min(n_vis, begin + chunk);
+  const int32_t* bt = g.b.block_table + int64_t(seq) * g.b.max_blocks;
+  // L2 gets the keys of the block's first tiles (those load_tile has in flight first) while the
+  // previous kernel finishes: written steps ago, they come from DRAM; a prefetch is safe before
+  // the wait (common/l2_prefetch.cuh). Two threads per 68-byte key: its first and last line.
+  for (int64_t i = threadIdx.x; i < 2 * std::min<int64_t>(end - begin, 3 * kTileKeys); i += kSplitThreads) {
+    const uint8_t* rec = g.keys + paged_record_offset(bt, begin + i / 2, g.ratio, kKeyBytes);
+    prefetch_l2_line(rec + (i % 2) * (kKeyBytes - 1));
+  }
   pdl_wait();  // q, w and the keys: earlier kernels
   if (begin >= end) {  // padding row, nothing visible, or nothing left for this split
     if (threadIdx.x == 0) g.counts[slot] = 0;
     return;
   }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int32_t* bt = g.b.block_table + int64_t(seq) * g.b.max_blocks;
 
   // Stage q (n_heads x 128 bf16) and w; each MMA warp keeps its 16 heads' A fragments.
   const __nv_bfloat16* q = g.qi + int64_t(t) * g.n_heads * kHeadDim;
