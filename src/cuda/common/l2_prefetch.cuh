@@ -14,12 +14,4 @@ __device__ __forceinline__ void prefetch_l2_line(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
-// Every line of the `bytes` bytes at p (bytes >= 1): threads `lane` of `lanes` share the work.
-__device__ __forceinline__ void prefetch_l2_bytes(const void* p, int bytes, int lane, int lanes) {
-  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(127);
-  const uintptr_t last = (reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes) - 1) & ~uintptr_t(127);
-  for (uintptr_t line = first + uintptr_t(lane) * 128; line <= last; line += uintptr_t(lanes) * 128)
-    prefetch_l2_line(reinterpret_cast<const void*>(line));
-}
-
 }  // namespace dsv4::cuda
