@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kSplitThreads) indexer_split_kernel(const Topk
   const int64_t n_vis = seq < 0 ? 0 : (int64_t(g.b.token_pos[t]) + 1) / g.ratio;
   const int64_t chunk = split_keys(n_vis, g.n_splits, g.min_split_keys);
   const int64_t begin = split * chunk, end = std::min(n_vis, begin + chunk);
-  const int32_t* bt = g.b.block_table + int64_t(seq) * g.b.max_blocks;
+  const int32_t* bt = g.b.block_table + int64_t(seq < 0 ? 0 : seq) * g.b.max_blocks;
   // L2 gets the keys of the block's first tiles (those load_tile has in flight first) while the
   // previous kernel finishes: written steps ago, they come from DRAM; a prefetch is safe before
   // the wait (common/l2_prefetch.cuh). Two threads per 68-byte key: its first and last line.
