@@ -62,14 +62,6 @@ __device__ __forceinline__ const uint8_t* key_record(const SplitKernelArgs& a, c
   return a.entries + (int64_t(r.bt[e / per_block]) * per_block + e % per_block) * kEntryBytes;
 }
 
-// An int the compiler cannot see through: the prefetch's address arithmetic then shares no
-// subexpression with the main loop's (which the compiler would keep live across the kernel).
-__device__ __forceinline__ int opaque(int v) {
-  int r;
-  asm volatile("mov.b32 %0, %1;\n" : "=r"(r) : "r"(v));
-  return r;
-}
-
 // The L2 prefetch of a split's first tile of NK keys before the PDL wait (attention_split_kernel):
 // thread tid < 6 NK asks for line tid % 6 of key tid / 6 where that key is a window position
 // before the step (a ring record, written steps ago); the tile is the one the split takes if every
@@ -161,11 +153,9 @@ __global__ void __launch_bounds__(kThreads, HG == 1 ? 2 : 1) attention_split_ker
     r.tok0 = __ldcg(a.seq_tok0 + seq);
     r.slot = __ldcg(a.seq_slot + seq);
     if (a.ratio > 0) r.bt = a.block_table + int64_t(seq) * a.max_blocks;
-    // L2 gets this split's first key tile while the previous kernel finishes (l2_prefetch.cuh:
-    // safe before the wait): the window ring's and the compressed entries' records were written
-    // steps ago and come from DRAM. CSA rows' selected entries are known only after the wait, so
-    // there only window keys; the tile is the one the split takes if every selected entry is
-    // visible (a guess: a wrong one costs a few wasted lines).
+    // L2 gets this split's first tile's ring records while the previous kernel finishes
+    // (l2_prefetch.cuh: safe before the wait); written steps ago, they come from DRAM. (The
+    // compressed entries are left out: their records' addresses cost the main loop registers.)
     if (tid < NK * kPrefetchLanes) prefetch_first_tile<NK>(a, r, split, tid);
   }
   pdl_wait();  // everything below reads what earlier kernels of the step wrote
