@@ -271,7 +271,8 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     // at the layer's start, above, whose longer window measured faster).
     if (!prefetch_.early && prefetching(T)) DSV4_RETURN_IF_ERROR(fork_prefetch(l));
     // HCA layers whose compressor runs here take the heads' norm + RoPE in its emit launch (one
-    // launch fewer between wq_b and attention); SWA layers and the compressor branch's launch it.
+    // launch fewer between wq_b and attention; a profiled step counts it as the compressors'
+    // time); SWA layers and those with the compressor branch launch q_norm_rope.
     const bool compress_here = compressed && !branch && !compress_forked;
     const cuda::QueryNormRope qn{a_.q, H, d, r, L.inv_freq, eps};
     mark(StepCategory::kMhcNorm);
