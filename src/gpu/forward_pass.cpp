@@ -213,6 +213,8 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
   const int64_t ld_qkv = ql + d;
   const float eps = float(c.norm_eps);
   const bool csa = L.spec.attn == AttnType::kCsa, compressed = L.spec.attn != AttnType::kSliding;
+  // The attention query heads' norm + RoPE, for the launches that take it in extra blocks.
+  const cuda::QueryNormRope qn{a_.q, H, d, r, L.inv_freq, eps};
   // The compressor branch (SideStream) starts here, beside the query path, where the projection
   // runs on cuBLAS, whose plain launch would otherwise stop the chain of programmatic launches
   // (H200, 20 layers, batch 32: 13.04-13.05 -> 12.83-12.87 ms per step). Where it runs on the
@@ -274,7 +276,6 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     // launch fewer between wq_b and attention; a profiled step counts it as the compressors'
     // time); SWA layers and those with the compressor branch launch q_norm_rope.
     const bool compress_here = compressed && !branch && !compress_forked;
-    const cuda::QueryNormRope qn{a_.q, H, d, r, L.inv_freq, eps};
     mark(StepCategory::kMhcNorm);
     if (!csa && !query_forked && !compress_here)
       DSV4_RETURN_IF_ERROR(cuda::q_norm_rope(a_.q, T, H, d, r, b.token_pos, L.inv_freq, eps, stream_));
@@ -311,7 +312,6 @@ Status ForwardPass::attention(int l, const cuda::StepBatchView& b, TraceSink* tr
     // Query prep and head weights in one launch; the reference's weight scale, computed the same
     // way (double, then float).
     const float scale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(nI)));
-    const cuda::QueryNormRope qn{a_.q, H, d, r, L.inv_freq, eps};
     const ProjColumns& pc = L.proj;
     DSV4_RETURN_IF_ERROR(cuda::indexer_prepare(a_.qi, T, nI, dI, r, b.token_pos, L.inv_freq, a_.proj + pc.idx_w, pc.n,
                                                scale, a_.wi, stream_, query_forked ? nullptr : &qn));

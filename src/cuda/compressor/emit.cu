@@ -30,9 +30,8 @@ namespace {
 __device__ __forceinline__ void sync_channels(int dim) { asm volatile("bar.sync 1, %0;\n" ::"r"(dim) : "memory"); }
 
 // The entry completed by token row t (position p = w * m + m - 1) of sequence seq, whose ring is
-// at `slot`: channel j = threadIdx.x (norm_w and inv_freq its constants). Reads the ring, never
-// writes it.
-// (rope_c, rope_s): channel j's rotation at the entry's position w * m (rope channels only).
+// at `slot`: channel j = threadIdx.x (norm_w its constant; rope_c, rope_s its rotation at the
+// entry's position w * m, rope channels only). Reads the ring, never writes it.
 __device__ __forceinline__ void emit_entry(const CompressorLaunch& g, int t, int seq, int slot, int64_t p,
                                            float norm_w, float rope_c, float rope_s) {
   __shared__ float s_x[kMaxDim];
